@@ -1,0 +1,18 @@
+"""Approximate inference methods, one module each, registered by their command-line name."""
+
+from __future__ import annotations
+
+from approximators.base import Approximator, Problem, resolve_config
+from approximators.map import MAP, DeepEnsemble
+from bench.errors import ConfigError
+
+METHODS: dict[str, type[Approximator]] = {m.name: m for m in (MAP, DeepEnsemble)}
+
+
+def get_method(name: str) -> type[Approximator]:
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+__all__ = ["METHODS", "Approximator", "Problem", "get_method", "resolve_config"]

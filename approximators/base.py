@@ -1,0 +1,161 @@
+"""What every approximator shares: its problem statement, typed config, and online predictive.
+
+An approximator is a small class with
+
+- ``Config``: a dataclass of hyper-parameters. ``TASK_DEFAULTS`` holds per-task values; the user
+  overrides any field with ``--set key=value``; :func:`resolve_config` combines the three.
+- ``fit(problem, data, generator)``: trains under the budget meter (``data`` is the only access to
+  the training set) using only the explicit ``generator`` for randomness.
+- ``predictive()``: probabilities ``(N_test, C)`` or samples ``(N_test, S)``, float64 numpy.
+
+Predictions are accumulated online by :class:`PredictiveAccumulator` as members finish training,
+never by keeping members in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from bench.budget import BudgetMeter, MeteredData
+from bench.errors import ConfigError
+from bench.functional import StackedModel
+from bench.likelihoods import Categorical, Likelihood
+
+EVAL_CHUNK = 4096
+"""Test rows evaluated at once, to bound memory for large test sets and many members."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a method may know about a task: no training tensors (those come metered), no test labels.
+
+    ``x_test`` ``(N_test, *input_shape)`` lives on ``device``.
+    """
+
+    task: str
+    kind: str
+    model_factory: Callable[[], nn.Module]
+    likelihood: Likelihood
+    prior_variance: float
+    n_train: int
+    x_test: torch.Tensor
+    n_classes: int | None
+    n_predictive_samples: int
+    device: torch.device
+    meter: BudgetMeter
+
+
+class PredictiveAccumulator:
+    """Running Bayesian model average over the members of an approximation.
+
+    Classification: the mean of the members' softmax probabilities, kept as a running sum.
+    Regression: ``n_predictive_samples`` draws per test point spread evenly over the
+    ``n_members`` members (member i contributes S // M draws, plus one for i < S % M), each
+    member drawing from its own predictive p(y | x, theta_i).
+    """
+
+    def __init__(self, problem: Problem, n_members: int, generator: torch.Generator):
+        if n_members < 1:
+            raise ValueError("an approximation needs at least one member")
+        self.problem, self.n_members, self.generator = problem, n_members, generator
+        self.model = StackedModel(problem.model_factory())
+        self.added = 0
+        n_test = problem.x_test.shape[0]
+        if problem.kind == "classification":
+            self._sum = torch.zeros(n_test, problem.n_classes, dtype=torch.float64)
+        else:
+            s, m = problem.n_predictive_samples, n_members
+            self._counts = [s // m + (i < s % m) for i in range(m)]
+            self._samples = torch.empty(n_test, s, dtype=torch.float64)
+
+    def _outputs(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``(K, N_test, n_outputs)`` for K stacked members, evaluated in chunks of test rows."""
+        x = self.problem.x_test
+        with torch.no_grad():
+            chunks = [self.model(params, x[i:i + EVAL_CHUNK], shared_input=True)
+                      for i in range(0, x.shape[0], EVAL_CHUNK)]
+        k = next(iter(params.values())).shape[0]
+        self.problem.meter.record_test_pass(k * x.shape[0], x.shape[0])
+        return torch.cat(chunks, dim=1).double().cpu()
+
+    def add(self, params: dict[str, torch.Tensor]) -> None:
+        """Adds K trained members given as stacked parameters ``{name: (K, *shape)}``."""
+        outputs = self._outputs({n: p.detach() for n, p in params.items()})
+        k = outputs.shape[0]
+        if self.added + k > self.n_members:
+            raise RuntimeError(f"more members added ({self.added + k}) than announced ({self.n_members})")
+        if self.problem.kind == "classification":
+            self._sum += Categorical.probabilities(outputs).sum(0)
+        else:
+            start = sum(self._counts[:self.added])
+            for member in range(k):
+                count = self._counts[self.added + member]
+                self._samples[:, start:start + count] = self.problem.likelihood.sample(
+                    outputs[member], count, self.generator)
+                start += count
+        self.added += k
+
+    def result(self) -> np.ndarray:
+        if self.added != self.n_members:
+            raise RuntimeError(f"{self.added} of {self.n_members} members were added")
+        if self.problem.kind == "classification":
+            return (self._sum / self.added).numpy()
+        return self._samples.numpy()
+
+
+class Approximator:
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    paper: ClassVar[str] = ""
+    Config: ClassVar[type]
+    TASK_DEFAULTS: ClassVar[dict[str, dict]] = {}
+
+    def __init__(self, config):
+        self.config = config
+        self._predictive: np.ndarray | None = None
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        raise NotImplementedError
+
+    def predictive(self) -> np.ndarray:
+        if self._predictive is None:
+            raise RuntimeError("predictive() called before fit()")
+        return self._predictive
+
+
+def _parse(name: str, raw: str, kind) -> object:
+    try:
+        if kind is bool:
+            if raw.lower() in ("1", "true", "yes"):
+                return True
+            if raw.lower() in ("0", "false", "no"):
+                return False
+            raise ValueError(raw)
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"--set {name}={raw}: expected a value of type {kind.__name__}") from None
+
+
+def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None):
+    """The method's config for ``task``: class defaults, then per-task defaults, then ``overrides``
+    (strings from the command line, parsed by each field's declared type)."""
+    hints = typing.get_type_hints(method.Config)
+    names = [f.name for f in dataclasses.fields(method.Config)]
+    values = dict(method.TASK_DEFAULTS.get(task, {}))
+    for key, raw in (overrides or {}).items():
+        if key not in names:
+            raise ConfigError(f"method {method.name!r} has no setting {key!r}; its settings: {', '.join(names)}")
+        values[key] = _parse(key, raw, hints[key])
+    return method.Config(**values)
+
+
+def member_seeds(generator: torch.Generator, n: int) -> list[int]:
+    """``n`` seeds drawn from the run's generator, one per member (initialisation and data order)."""
+    return torch.randint(0, 2**62, (n,), generator=generator).tolist()

@@ -1,0 +1,194 @@
+"""Command line: ``python -m bench [run] --method M --budget B``, ``tasks``, ``methods``, ``reference generate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+SUBCOMMANDS = ("run", "tasks", "methods", "reference")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of epochs, got {text!r}")
+    return value
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see `python -m bench {self.prog.split()[-1]} --help`)\n"
+                  if self.prog.split()[-1] in SUBCOMMANDS else f"error: {message} (see `python -m bench --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="python -m bench", description=(
+        "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
+        "Without a subcommand, `run` is assumed."))
+    sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
+
+    run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
+    run.add_argument("--method", required=True, help="method name (see `methods`)")
+    run.add_argument("--budget", required=True, type=_positive_float, help="training epochs, summed over everything trained")
+    run.add_argument("--task", action="append", help="task name (repeatable); default: every embedded task")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
+    run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
+                     metavar="KEY=VALUE", help="override a method setting (repeatable)")
+    run.add_argument("--force", action="store_true", help="overwrite a finished run")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    sub.add_parser("tasks", help="list tasks, their settings and reference status")
+    sub.add_parser("methods", help="list methods and their settings")
+
+    ref = sub.add_parser("reference", help="HMC reference posteriors")
+    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser)
+    gen = ref_sub.add_parser("generate", help="run HMC for a task and write its reference")
+    gen.add_argument("--task", required=True)
+    gen.add_argument("--out", type=Path, default=Path("references"),
+                     help="folder for the new reference (default: references/)")
+    gen.add_argument("--install", action="store_true",
+                     help="write into the package's reference/data and update the checksum registry")
+    gen.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    gen.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def _cmd_run(args) -> int:
+    from tqdm.auto import tqdm
+
+    from approximators import get_method, resolve_config
+    from bench.runner import RunSpec, run
+    from bench.tasks import get_task, task_names
+
+    tasks = args.task or task_names()
+    method = get_method(args.method)
+    for task in tasks:  # fail on any bad name or setting before the first task trains
+        resolve_config(method, get_task(task).name, dict(args.overrides))
+    rows = []
+    for task in tqdm(tasks, desc=f"{args.method} @ {args.budget:g} epochs", unit="task", disable=args.quiet):
+        result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=args.seed,
+                             device=args.device, out=args.out, overrides=tuple(args.overrides), force=args.force))
+        rows.append(_summary_row(result))
+    for kind in ("regression", "classification"):
+        table = [{k: v for k, v in row.items() if k != "kind"} for row in rows if row["kind"] == kind]
+        if table:
+            print(tabulate(table, headers="keys", floatfmt=".4f"))
+    print(f"results written under {args.out}/")
+    return 0
+
+
+def _summary_row(result: dict) -> dict:
+    m, floor = result["metrics"], result["noise_floor"]["all"]
+    if "agreement" in m:
+        fidelity = {"agreement": m["agreement"], "TV": m["total_variation"],
+                    "floor agr": floor["agreement"], "floor TV": floor["total_variation"],
+                    "accuracy": m.get("accuracy")}
+    else:
+        fidelity = {"W1": m["w1"], "W2": m["w2"], "floor W1": floor["w1"], "floor W2": floor["w2"],
+                    "RMSE": m.get("rmse")}
+    return {"kind": "classification" if "agreement" in m else "regression",
+            "task": result["task"], "method": result["method"], "budget": f"{result['budget']:g}",
+            "epochs": f"{result['epochs_used']:g}", "seed": result["seed"], **fidelity,
+            "seconds": result["wall_seconds"]}
+
+
+def _cmd_tasks(_args) -> int:
+    from bench.tasks import get_task, task_names
+    from reference.store import reference_status
+
+    rows = []
+    for name in task_names():
+        task = get_task(name)
+        d = task.describe()
+        rows.append({"task": name, "version": task.version, "kind": task.kind, "train": task.n_train,
+                     "test": task.n_test, "model": task.architecture, "parameters": task.n_parameters(),
+                     "likelihood": d["likelihood"]["name"], "prior variance": f"{task.prior_variance:.4g}",
+                     "reference": reference_status(task)})
+    print(tabulate(rows, headers="keys"))
+    for name in task_names():
+        task = get_task(name)
+        extra = {k: v for k, v in task.describe().items() if k in ("data", "test_blocks")}
+        print(f"\n{name}: {task.description}\n  {extra}")
+    return 0
+
+
+def _cmd_methods(_args) -> int:
+    import dataclasses
+
+    from approximators import METHODS
+
+    rows = [{"method": name, "what": m.summary, "paper": m.paper,
+             "settings": ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(m.Config))}
+            for name, m in METHODS.items()]
+    print(tabulate(rows, headers="keys"))
+    return 0
+
+
+def _cmd_reference(args) -> int:
+    from bench.runner import resolve_device
+    from bench.tasks import get_task
+    from reference import store
+    from reference.generate import compare, generate
+    from reference.settings import R_HAT_LIMIT, REFERENCE_SETTINGS
+
+    task = get_task(args.task)
+    device = str(resolve_device(args.device))
+    generated = generate(task, REFERENCE_SETTINGS[task.name], device=device, progress=not args.quiet)
+    meta = generated.metadata
+    rhat = meta["diagnostics"]["max_split_rhat"]
+    print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
+          f"min bulk ESS {meta['diagnostics']['min_bulk_ess']:.0f}, {meta['wall_seconds']:.0f} s")
+    print(f"noise floor: {meta['noise_floor']['all']}")
+    folder = store.PACKAGE_DATA if args.install else args.out
+    if rhat > R_HAT_LIMIT:
+        from bench.errors import BenchError
+
+        raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
+                         "run longer chains (reference/settings.py)")
+    try:
+        shipped = store.load_reference(task)
+        print(f"against the shipped reference: {compare(task, generated.array, shipped.array)['all']}")
+    except Exception as error:  # the shipped reference may legitimately be absent or stale here
+        print(f"no valid shipped reference to compare with ({error})")
+    entry = store.write_reference(folder, task.name, generated.key, generated.array, meta)
+    if args.install:
+        store.register(task.name, entry)
+    print(f"wrote {folder / (task.name + '.npz')} (sha256 {entry['npz_sha256']})"
+          + (" and updated the registry" if args.install else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.errors import BenchError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        argv = ["run", *argv]
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        build_parser().print_help()
+        return 2
+    handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "reference": _cmd_reference}
+    try:
+        return handler[args.command](args)
+    except BenchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; finished runs are complete, the interrupted one was not written", file=sys.stderr)
+        return 130

@@ -1,0 +1,102 @@
+"""One run: task -> approximator under the budget meter -> predictive -> metrics -> result record."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import bench
+from approximators import Problem, get_method, resolve_config
+from bench import metrics, records
+from bench.budget import BudgetMeter, MeteredData
+from bench.errors import BenchError
+from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
+from reference.store import Reference, load_reference
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BenchError("--device cuda was asked for, but PyTorch sees no CUDA device")
+    return torch.device(device)
+
+
+def score(task: Task, predictions: np.ndarray, reference: Reference) -> tuple[dict, dict]:
+    """Metrics on the whole test set (with labels where known) and on each test block."""
+    labels = None if task.y_test is None else task.y_test.numpy()
+
+    def on(rows: slice) -> dict:
+        target = None if labels is None else labels[rows]
+        if task.kind == "classification":
+            return metrics.classification_metrics(predictions[rows], reference.array[rows], target)
+        return metrics.regression_metrics(predictions[rows], reference.array[rows], target)
+
+    blocks = {b.name: on(slice(b.start, b.stop)) for b in task.test_blocks}
+    return on(slice(None)), blocks
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: str
+    method: str
+    budget: float
+    seed: int = 0
+    device: str = "cpu"
+    out: Path = Path("runs")
+    overrides: tuple[tuple[str, str], ...] = ()
+    force: bool = False
+
+
+def run(spec: RunSpec) -> dict:
+    """Runs one (task, method, budget, seed); returns the result record it wrote."""
+    task = get_task(spec.task)
+    method = get_method(spec.method)
+    config = resolve_config(method, task.name, dict(spec.overrides))
+    reference = load_reference(task)
+    device = resolve_device(spec.device)
+    folder = records.run_folder(spec.out, task.name, method.name, spec.budget, spec.seed)
+    records.check_writable(folder, spec.force)
+
+    meter = BudgetMeter(spec.budget, task.n_train)
+    data = MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
+    problem = Problem(
+        task=task.name, kind=task.kind, model_factory=task.model_factory, likelihood=task.likelihood,
+        prior_variance=task.prior_variance, n_train=task.n_train, x_test=task.x_test.to(device),
+        n_classes=task.n_classes, n_predictive_samples=PREDICTIVE_SAMPLES, device=device, meter=meter)
+    generator = torch.Generator().manual_seed(spec.seed)
+    approximator = method(config)
+    started = time.perf_counter()
+    approximator.fit(problem, data, generator)
+    predictions = np.asarray(approximator.predictive(), dtype=np.float64)
+    wall = time.perf_counter() - started
+
+    overall, by_block = score(task, predictions, reference)
+    result = {
+        "task": task.name,
+        "task_version": task.version,
+        "task_fingerprint": task.fingerprint(),
+        "method": method.name,
+        "budget": spec.budget,
+        "epochs_used": meter.epochs_used,
+        "test_passes": meter.test_passes,
+        "seed": spec.seed,
+        "metrics": overall,
+        "metrics_by_block": by_block,
+        "noise_floor": reference.noise_floor,
+        "wall_seconds": round(wall, 3),
+        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+        "config": asdict(config),
+        "versions": {"bdl-bench": bench.__version__, "torch": torch.__version__,
+                     "numpy": np.__version__, "python": platform.python_version()},
+        "reference": {"sha256": reference.sha256, "key": reference.key},
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    records.write_run(folder, reference.key, predictions, result)
+    return result

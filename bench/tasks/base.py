@@ -1,0 +1,96 @@
+"""What a task is: data, model, likelihood, prior, and the identity of its reference."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from bench.likelihoods import Likelihood
+
+PREDICTIVE_SAMPLES = 1000
+"""Samples of p(y | x) per test point for regression predictives and references (the competition's count)."""
+
+
+@dataclass(frozen=True)
+class TestBlock:
+    """A named contiguous range of test rows (the clean block, or one kind of shift)."""
+
+    name: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything that defines a posterior and how a method is scored on it.
+
+    The posterior is p(theta | D) ∝ p(D | theta)^(1/T) N(theta; 0, v I) over **all** parameters
+    theta of ``model_factory()``, with T = ``temperature`` = 1 and the full-data log-likelihood
+    (a sum over the ``n_train`` examples). Minibatch estimates scale the mean log-likelihood by
+    ``n_train``.
+
+    Shapes: ``x_train`` ``(N_train, *input_shape)``, ``y_train`` ``(N_train,)`` (int64 class
+    indices or float targets); ``x_test`` ``(N_test, *input_shape)``; ``y_test`` ``(N_test,)`` or None.
+    """
+
+    name: str
+    version: int
+    description: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor | None
+    model_factory: Callable[[], nn.Module] = field(repr=False)
+    architecture: str
+    likelihood: Likelihood
+    prior_variance: float
+    settings: dict
+    test_blocks: tuple[TestBlock, ...] = ()
+    temperature: float = 1.0
+    n_classes: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.likelihood.kind
+
+    @property
+    def n_train(self) -> int:
+        return int(self.x_train.shape[0])
+
+    @property
+    def n_test(self) -> int:
+        return int(self.x_test.shape[0])
+
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.model_factory().parameters())
+
+    def fingerprint(self) -> str:
+        """sha256 over the data arrays and the settings: a reference is valid for exactly this task."""
+        digest = hashlib.sha256()
+        for array in (self.x_train, self.y_train, self.x_test):
+            digest.update(np.ascontiguousarray(array.cpu().numpy()).tobytes())
+        digest.update(json.dumps(self.describe(), sort_keys=True).encode())
+        return digest.hexdigest()
+
+    def describe(self) -> dict:
+        """Every setting that defines the task, as shown by ``python -m bench tasks`` and stored in results."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "kind": self.kind,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "input_shape": list(self.x_train.shape[1:]),
+            "architecture": self.architecture,
+            "likelihood": self.likelihood.describe(),
+            "prior_variance": self.prior_variance,
+            "temperature": self.temperature,
+            "test_blocks": [[b.name, b.start, b.stop] for b in self.test_blocks],
+            **self.settings,
+        }

@@ -1,0 +1,94 @@
+"""Cost of training and of HMC on the embedded tasks, measured in one run on one machine.
+
+    python benchmarks/cost.py [--epochs 5] [--repeats 3]
+
+1. One training epoch of each method, as a ratio to one plain SGD epoch of the same model in the same
+   run (plain SGD: ``torch.optim.SGD`` on one ``nn.Module``, the same batch size, no ensembling).
+2. HMC full-batch gradient evaluations per second with 1 chain and with 8 vectorised chains
+   (per chain, so the vectorisation gain is the ratio of the two).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from tabulate import tabulate
+
+from approximators import METHODS, resolve_config
+from approximators.base import member_seeds
+from bench.budget import BudgetMeter, MeteredData
+from bench.functional import ParameterLayout, StackedModel, seeded_module
+from bench.tasks import get_task, task_names
+from reference.generate import task_target
+
+
+def plain_sgd_epoch(task, batch_size: int) -> float:
+    model = seeded_module(task.model_factory, 0)
+    optimiser = torch.optim.SGD(model.parameters(), lr=1e-3)
+    n = task.n_train
+    started = time.perf_counter()
+    order = torch.randperm(n)
+    for start in range(0, n, batch_size):
+        idx = order[start:start + batch_size]
+        loss = -task.likelihood.log_prob(model(task.x_train[idx]), task.y_train[idx]).mean()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    return time.perf_counter() - started
+
+
+def run_method(task, name: str, budget: float) -> tuple[float, float]:
+    from approximators.base import Problem
+    from bench.tasks import PREDICTIVE_SAMPLES
+
+    cls = METHODS[name]
+    config = resolve_config(cls, task.name)
+    meter = BudgetMeter(budget, task.n_train)
+    problem = Problem(task.name, task.kind, task.model_factory, task.likelihood, task.prior_variance,
+                      task.n_train, task.x_test, task.n_classes, PREDICTIVE_SAMPLES, torch.device("cpu"), meter)
+    started = time.perf_counter()
+    cls(config).fit(problem, MeteredData(task.x_train, task.y_train, meter), torch.Generator().manual_seed(0))
+    return time.perf_counter() - started, meter.epochs_used
+
+
+def hmc_gradients_per_second(task, n_chains: int, evaluations: int = 200) -> float:
+    target, _ = task_target(task, torch.float64, torch.device("cpu"))
+    seeds = member_seeds(torch.Generator().manual_seed(0), n_chains)
+    theta = ParameterLayout.of(task.model_factory()).flatten(
+        StackedModel.stack([seeded_module(task.model_factory, s) for s in seeds])).double()
+    target.evaluate(theta)
+    started = time.perf_counter()
+    for _ in range(evaluations):
+        target.evaluate(theta)
+    return evaluations * n_chains / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=10, help="epochs charged per method measurement")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rows, hmc_rows = [], []
+    for name in task_names():
+        task = get_task(name)
+        batch = resolve_config(METHODS["sgd"], name).batch_size
+        sgd_epoch = min(plain_sgd_epoch(task, batch) for _ in range(args.repeats))
+        row = {"task": name, "plain SGD epoch (ms)": 1e3 * sgd_epoch}
+        for method in METHODS:
+            seconds, epochs = min(run_method(task, method, args.epochs) for _ in range(args.repeats))
+            row[f"{method} epoch / SGD epoch"] = seconds / epochs / sgd_epoch
+        rows.append(row)
+        one, many = hmc_gradients_per_second(task, 1), hmc_gradients_per_second(task, 8)
+        hmc_rows.append({"task": name, "grad evals/s, 1 chain": one, "grad evals/s per chain, 8 chains": many,
+                         "speed-up": round(many / one, 2)})
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    print(tabulate(rows, headers="keys", floatfmt=".2f"))
+    print()
+    print(tabulate(hmc_rows, headers="keys", floatfmt=".0f"))
+
+
+if __name__ == "__main__":
+    main()

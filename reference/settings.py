@@ -1,0 +1,43 @@
+"""HMC settings of every shipped reference: the one place where they are decided.
+
+A change here changes the reference; regenerate it with ``python -m bench reference generate
+--task T --install`` and commit the new files and registry entry together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class HMCSettings:
+    """Settings of one reference run.
+
+    ``n_chains`` independent chains (even: the noise floor compares the two halves), each with
+    ``n_burnin`` adapted iterations that are discarded and ``n_samples`` kept iterations (every
+    ``thinning``-th of ``n_samples * thinning``). ``trajectory_length`` None means (pi/2) sqrt(v).
+    """
+
+    n_chains: int = 8
+    n_burnin: int = 200
+    n_samples: int = 500
+    thinning: int = 1
+    initial_step_size: float = 1e-3
+    target_accept: float = 0.8
+    trajectory_length: float | None = None
+    max_leapfrog_steps: int = 10_000
+    dtype: str = "float64"
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+REFERENCE_SETTINGS: dict[str, HMCSettings] = {
+    "toy-gap": HMCSettings(n_chains=8, n_burnin=100, n_samples=300),
+    "diabetes-gap": HMCSettings(n_chains=8, n_burnin=100, n_samples=400),
+    "digits": HMCSettings(n_chains=8, n_burnin=100, n_samples=250, dtype="float32"),
+}
+
+R_HAT_LIMIT = 1.05
+"""A reference whose worst function-space split R-hat exceeds this is refused at generation."""

@@ -1,0 +1,142 @@
+"""Reference files and their checksum registry.
+
+A reference is two files in ``reference/data/``: ``<task>.npz`` with one array (``probs``: the
+HMC Bayesian model average ``(N_test, C)``, or ``samples``: predictive draws ``(N_test, 1000)``)
+and ``<task>.json`` with its metadata (task settings and fingerprint, HMC settings, diagnostics,
+noise floor). ``reference/registry.json`` records both files' sha256; loading recomputes them and
+refuses any mismatch, so a corrupted or hand-edited reference never gets scored against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.errors import ReferenceMismatch
+from bench.tasks import Task
+
+PACKAGE_DATA = Path(__file__).parent / "data"
+REGISTRY = Path(__file__).parent / "registry.json"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """``array`` is ``probs`` ``(N_test, C)`` or ``samples`` ``(N_test, S)``; ``sha256`` is the npz's."""
+
+    task: str
+    key: str
+    array: np.ndarray
+    metadata: dict
+    sha256: str
+
+    @property
+    def noise_floor(self) -> dict:
+        return self.metadata["noise_floor"]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_registry(path: Path | None = None) -> dict:
+    path = path or REGISTRY
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Writes to a temporary file in the same folder, then renames: readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.chmod(tmp, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def npz_bytes(**arrays: np.ndarray) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def json_bytes(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_reference(folder: Path, task: str, key: str, array: np.ndarray, metadata: dict) -> dict:
+    """Writes ``<task>.npz`` and ``<task>.json`` atomically; returns their registry entry."""
+    atomic_write_bytes(folder / f"{task}.npz", npz_bytes(**{key: array}))
+    atomic_write_bytes(folder / f"{task}.json", json_bytes(metadata))
+    return {
+        "version": metadata["task"]["version"],
+        "fingerprint": metadata["task_fingerprint"],
+        "npz_sha256": sha256_of(folder / f"{task}.npz"),
+        "json_sha256": sha256_of(folder / f"{task}.json"),
+    }
+
+
+def register(task: str, entry: dict, path: Path | None = None) -> None:
+    path = path or REGISTRY
+    registry = read_registry(path)
+    registry[task] = entry
+    atomic_write_bytes(path, json_bytes(registry))
+
+
+def reference_status(task: Task, folder: Path | None = None, registry_path: Path | None = None) -> str:
+    """One word for ``bench tasks``: ``ok``, ``missing``, ``unregistered``, ``corrupted`` or ``stale``."""
+    try:
+        load_reference(task, folder, registry_path)
+    except ReferenceMismatch as error:
+        return str(error).split(":", 1)[0].split()[-1]
+    return "ok"
+
+
+def load_reference(task: Task, folder: Path | None = None, registry_path: Path | None = None) -> Reference:
+    """Loads and verifies a task's reference (from the package unless ``folder`` and ``registry_path``
+    are given); raises :class:`ReferenceMismatch` with one clear line."""
+    folder = folder or PACKAGE_DATA
+    entry = read_registry(registry_path).get(task.name)
+    regenerate = f"run `python -m bench reference generate --task {task.name} --install`"
+    if entry is None:
+        raise ReferenceMismatch(f"reference unregistered: no registry entry for task {task.name!r}; {regenerate}")
+    npz_path, json_path = folder / f"{task.name}.npz", folder / f"{task.name}.json"
+    for path in (npz_path, json_path):
+        if not path.exists():
+            raise ReferenceMismatch(f"reference missing: {path} does not exist; reinstall the package or {regenerate}")
+    for path, expected in ((npz_path, entry["npz_sha256"]), (json_path, entry["json_sha256"])):
+        actual = sha256_of(path)
+        if actual != expected:
+            raise ReferenceMismatch(
+                f"reference corrupted: {path} has sha256 {actual[:16]}..., the registry expects "
+                f"{expected[:16]}...; refusing to score against it")
+    metadata = json.loads(json_path.read_text())
+    if entry["fingerprint"] != task.fingerprint() or metadata["task_fingerprint"] != task.fingerprint():
+        raise ReferenceMismatch(
+            f"reference stale: {task.name} v{task.version} (data or settings) differs from the task the "
+            f"reference was generated for (v{entry['version']}); {regenerate}")
+    with np.load(npz_path) as npz:
+        (key,) = npz.files
+        array = npz[key]
+    return Reference(task.name, key, array, metadata, entry["npz_sha256"])

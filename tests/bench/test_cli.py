@@ -1,0 +1,115 @@
+"""The command line end to end: a run writes a complete folder; bad input is one line and exit 2."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.cli import main
+from reference import store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(capsys, *args):
+    """Exit code, stdout and stderr of ``python -m bench ARGS`` run in-process (argparse exits too)."""
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_writes_a_complete_result_folder(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "--method", "de", "--budget", "10", "--task", "toy-gap",
+                             "--out", str(tmp_path), "--quiet", "--set", "members=2")
+    assert code == 0, err
+    assert "toy-gap" in out and "floor W1" in out
+    folder = tmp_path / "toy-gap" / "de" / "budget-10" / "seed-0"
+    result = json.loads((folder / "result.json").read_text())
+    for key in ("task", "method", "budget", "epochs_used", "seed", "metrics", "wall_seconds", "device",
+                "config", "versions", "reference", "noise_floor", "metrics_by_block"):
+        assert key in result
+    assert result["epochs_used"] == 10 and result["config"]["members"] == 2
+    assert set(result["metrics"]) >= {"w1", "w2", "competition_w", "rmse", "log_likelihood"}
+    assert result["reference"]["sha256"] == store.read_registry()["toy-gap"]["npz_sha256"]
+    assert result["versions"]["torch"]
+    with np.load(folder / "predictions.npz") as npz:
+        assert npz["samples"].shape == (121, 1000)
+    assert not list(folder.glob("*.tmp")), "no temporary files are left behind"
+
+
+def test_classification_run_reports_blocks(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "run", "--method", "sgd", "--budget", "1", "--task", "digits",
+                             "--out", str(tmp_path), "--quiet")
+    assert code == 0, err
+    result = json.loads((tmp_path / "digits/sgd/budget-1/seed-0/result.json").read_text())
+    assert set(result["metrics"]) >= {"agreement", "total_variation", "accuracy", "nll", "ece"}
+    assert set(result["metrics_by_block"]) == {"clean", "gaussian-noise", "brightness", "blur"}
+
+
+def test_finished_run_is_not_overwritten_without_force(tmp_path, capsys):
+    args = ["--method", "sgd", "--budget", "2", "--task", "toy-gap", "--out", str(tmp_path), "--quiet"]
+    assert run_cli(capsys, *args)[0] == 0
+    result = tmp_path / "toy-gap/sgd/budget-2/seed-0/result.json"
+    before = result.read_bytes()
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and "--force" in err and err.count("\n") == 1
+    assert result.read_bytes() == before
+    assert run_cli(capsys, *args, "--force")[0] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "nope", "--budget", "10"], "unknown method 'nope'"),
+    (["--method", "de", "--budget", "10", "--task", "nope"], "unknown task 'nope'"),
+    (["--method", "de", "--budget", "-3"], "must be a positive number"),
+    (["--method", "de", "--budget", "abc"], "not a number"),
+    (["--method", "de", "--budget", "2", "--task", "toy-gap"], "too small for 5 members"),
+    (["--method", "de", "--budget", "10", "--task", "toy-gap", "--set", "lr"], "expected key=value"),
+    (["--method", "de", "--budget", "10", "--task", "toy-gap", "--set", "bogus=1"], "no setting 'bogus'"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, message, tmp_path, capsys):
+    code, _, err = run_cli(capsys, *args, "--out", str(tmp_path), "--quiet")
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not list(tmp_path.rglob("result.json"))
+
+
+def test_unwritable_output_folder(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run_cli(capsys, "--method", "sgd", "--budget", "1", "--task", "toy-gap",
+                           "--out", str(blocker), "--quiet")
+    assert code == 2 and "cannot write to output folder" in err and err.count("\n") == 1
+
+
+def test_corrupted_reference_is_refused(tmp_path, capsys, monkeypatch):
+    for suffix in (".npz", ".json"):
+        (tmp_path / f"toy-gap{suffix}").write_bytes((store.PACKAGE_DATA / f"toy-gap{suffix}").read_bytes())
+    (tmp_path / "registry.json").write_bytes(store.REGISTRY.read_bytes())
+    with open(tmp_path / "toy-gap.npz", "ab") as f:
+        f.write(b"\0")
+    monkeypatch.setattr(store, "PACKAGE_DATA", tmp_path)
+    monkeypatch.setattr(store, "REGISTRY", tmp_path / "registry.json")
+    code, _, err = run_cli(capsys, "--method", "sgd", "--budget", "1", "--task", "toy-gap",
+                           "--out", str(tmp_path / "runs"), "--quiet")
+    assert code == 2 and "reference corrupted" in err and err.count("\n") == 1
+    assert not list(tmp_path.rglob("result.json"))
+
+
+def test_listing_commands(capsys):
+    code, out, _ = run_cli(capsys, "tasks")
+    assert code == 0 and "diabetes-gap" in out and "MLP 64-50-10" in out and " ok" in out
+    code, out, _ = run_cli(capsys, "methods")
+    assert code == 0 and "de" in out and "members=5" in out
+
+
+def test_module_entry_point_exits_non_zero_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "bench", "--method", "nope", "--budget", "1"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: unknown method 'nope'; known methods: sgd, de"

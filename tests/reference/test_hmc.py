@@ -1,0 +1,165 @@
+"""HMC validated against closed forms: Bayesian linear regression, the prior, and the integrator's order."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from reference import diagnostics, hmc
+
+
+
+@pytest.fixture(autouse=True)
+def float64_by_default():
+    """These tests compare against closed forms to tight tolerances: float64 throughout."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def linear_regression(n=60, d=3, noise_std=0.5, prior_variance=1.0, correlation=0.0, seed=0):
+    """Data, log-likelihood and the closed-form Gaussian posterior N(mu, Sigma) of y = X w + noise."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, d, generator=g)
+    x = z if not correlation else z @ torch.linalg.cholesky(
+        (1 - correlation) * torch.eye(d) + correlation * torch.ones(d, d)).T
+    w = torch.randn(d, generator=g)
+    y = x @ w + noise_std * torch.randn(n, generator=g)
+
+    def log_likelihood(theta):
+        return -0.5 * (y - theta @ x.T).square().sum(-1) / noise_std**2
+
+    precision = x.T @ x / noise_std**2 + torch.eye(d) / prior_variance
+    cov = torch.linalg.inv(precision)
+    mean = cov @ x.T @ y / noise_std**2
+    return hmc.Target(log_likelihood, prior_variance), mean, cov
+
+
+def run_chains(target, n_chains, dim, n_burnin, n_samples, tau, step_size=0.05, seed=0):
+    generators = [torch.Generator().manual_seed(seed + c) for c in range(n_chains)]
+    state = hmc.init(torch.zeros(n_chains, dim), target, step_size, adapt=True)
+    draws = []
+    for i in range(n_burnin + n_samples):
+        if i == n_burnin:
+            state = hmc.freeze(state)
+        state, _ = hmc.step(state, target, tau, generators)
+        if i >= n_burnin:
+            draws.append(state.position)
+    return torch.stack(draws, dim=1).numpy()  # (chains, draws, dim)
+
+
+def mc_standard_error(quantity):
+    """Monte-Carlo standard error of the mean of ``quantity`` ``(chains, draws, ...)``: its standard
+    deviation over sqrt(bulk ESS), the ESS measured on that very quantity (so antithetic or
+    sticky chains are accounted for)."""
+    flat = quantity.reshape(-1, *quantity.shape[2:])
+    return flat.std(0) / np.sqrt(diagnostics.bulk_ess(quantity))
+
+
+def assert_moments_match(draws, mean, cov, z=4.0):
+    """Mean and covariance of ``draws`` ``(chains, draws, d)`` within ``z`` Monte-Carlo standard
+    errors of the exact ones; z = 4 keeps the chance of a false failure over the handful of
+    entries tested below 1e-3."""
+    mean, cov = np.asarray(mean), np.asarray(cov)
+    centred = draws - mean
+    products = centred[..., :, None] * centred[..., None, :]
+    assert diagnostics.bulk_ess(draws).min() > 200, "too few effective samples for a meaningful test"
+    flat = draws.reshape(-1, draws.shape[-1])
+    assert np.all(np.abs(flat.mean(0) - mean) < z * mc_standard_error(draws)), (flat.mean(0), mean)
+    second = products.reshape(-1, *products.shape[2:]).mean(0)
+    assert np.all(np.abs(second - cov) < z * mc_standard_error(products)), (second, cov)
+
+
+def test_linear_regression_posterior_matches_closed_form():
+    target, mean, cov = linear_regression()
+    draws = run_chains(target, n_chains=4, dim=3, n_burnin=100, n_samples=400, tau=0.6)
+    assert_moments_match(draws, mean.numpy(), cov.numpy())
+    assert diagnostics.split_rhat(draws).max() < 1.05
+
+
+def test_ill_conditioned_linear_regression_matches_closed_form():
+    target, mean, cov = linear_regression(n=40, correlation=0.95, prior_variance=1.0, seed=1)
+    eigenvalues = torch.linalg.eigvalsh(cov)
+    assert eigenvalues.max() / eigenvalues.min() > 50, "the test case must be ill-conditioned"
+    tau = 0.5 * math.pi * math.sqrt(float(eigenvalues.max()))
+    draws = run_chains(target, n_chains=4, dim=3, n_burnin=100, n_samples=500, tau=tau)
+    assert_moments_match(draws, mean.numpy(), cov.numpy())
+
+
+def test_predictive_matches_closed_form():
+    target, mean, cov = linear_regression(seed=2)
+    x_new = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, 1.0]])
+    draws = run_chains(target, n_chains=4, dim=3, n_burnin=100, n_samples=400, tau=0.6)
+    predictive_means = draws @ x_new.numpy().T  # (chains, draws, 2)
+    assert_moments_match(predictive_means, (x_new @ mean).numpy(), (x_new @ cov @ x_new.T).numpy())
+
+
+def test_prior_only_target_returns_the_prior():
+    variance = 2.0
+    target = hmc.Target(None, variance)
+    draws = run_chains(target, n_chains=4, dim=5, n_burnin=50, n_samples=500,
+                       tau=hmc.default_trajectory_length(variance), step_size=0.1)
+    assert_moments_match(draws, np.zeros(5), variance * np.eye(5))
+
+
+def _energy_error(target, step_size, tau, n_chains=8):
+    g = torch.Generator().manual_seed(3)
+    position = torch.randn(n_chains, 3, generator=g) * 0.1
+    momentum = torch.randn(n_chains, 3, generator=g)
+    log_lik, log_prior, grad = target.evaluate(position)
+    n = torch.full((n_chains,), round(tau / step_size))
+    _, new_momentum, new_log_lik, new_log_prior, _ = hmc.leapfrog(
+        position, momentum, grad, torch.full((n_chains,), step_size), n, target)
+    h_start = -(log_lik + log_prior) + 0.5 * momentum.square().sum(-1)
+    h_end = -(new_log_lik + new_log_prior) + 0.5 * new_momentum.square().sum(-1)
+    return (h_end - h_start).abs()
+
+
+def test_leapfrog_energy_error_is_second_order():
+    target, _, _ = linear_regression()
+    coarse = _energy_error(target, 0.02, 0.4)
+    fine = _energy_error(target, 0.01, 0.4)
+    ratio = (coarse / fine).median()
+    assert 3.0 < ratio < 5.0, ratio
+
+
+def test_leapfrog_is_reversible():
+    target, _, _ = linear_regression()
+    g = torch.Generator().manual_seed(4)
+    position, momentum = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
+    steps, eps = torch.tensor([30, 17]), torch.tensor([0.03, 0.05])
+    _, _, grad = target.evaluate(position)
+    end, end_momentum, _, _, end_grad = hmc.leapfrog(position, momentum, grad, eps, steps, target)
+    back, back_momentum, _, _, _ = hmc.leapfrog(end, -end_momentum, end_grad, eps, steps, target)
+    torch.testing.assert_close(back, position, atol=1e-10, rtol=0)
+    torch.testing.assert_close(-back_momentum, momentum, atol=1e-10, rtol=0)
+
+
+def test_vectorised_chains_equal_chains_run_alone():
+    target, _, _ = linear_regression()
+    together = run_chains(target, n_chains=3, dim=3, n_burnin=20, n_samples=20, tau=0.3, seed=10)
+    for c in range(3):
+        alone = run_chains(target, n_chains=1, dim=3, n_burnin=20, n_samples=20, tau=0.3, seed=10 + c)
+        np.testing.assert_allclose(together[c], alone[0], atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("initial_step", [1e-2, 1.0])
+def test_dual_averaging_moves_acceptance_towards_the_target(initial_step):
+    """From a step far too small (acceptance ~1) or far too large (acceptance ~0), adaptation ends
+    near the 0.8 target. The frozen, averaged step of a short adaptation is known to land on the
+    cautious side, hence the asymmetric band; 800 correlated acceptance probabilities put the
+    Monte-Carlo error of their mean at a few 0.01."""
+    target, _, _ = linear_regression()
+    generators = [torch.Generator().manual_seed(c) for c in range(4)]
+    state = hmc.init(torch.zeros(4, 3), target, initial_step, adapt=True)
+    for _ in range(150):
+        state, _ = hmc.step(state, target, 0.3, generators, target_accept=0.8)
+    state = hmc.freeze(state)
+    accepts = []
+    for _ in range(200):
+        state, info = hmc.step(state, target, 0.3, generators)
+        accepts.append(info.accept_prob)
+    rate = float(torch.stack(accepts).mean())
+    assert 0.7 < rate < 0.95, rate
