@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from approximators.anchored import AnchoredEnsemble
 from approximators.base import Approximator, Problem, resolve_config
 from approximators.map import MAP, DeepEnsemble
+from approximators.sae import SequentialAnchoredEnsemble
 from bench.errors import ConfigError
 
-METHODS: dict[str, type[Approximator]] = {m.name: m for m in (MAP, DeepEnsemble)}
+METHODS: dict[str, type[Approximator]] = {m.name: m for m in (MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble)}
 
 
 def get_method(name: str) -> type[Approximator]:

@@ -52,23 +52,30 @@ def train_members(
     schedule: AdamSchedule,
     seeds: list[int],
     anchors: dict[str, torch.Tensor] | None = None,
+    split: "ValidationSplit | None" = None,
 ) -> dict[str, torch.Tensor]:
     """Trains K stacked members for ``epochs`` epochs each (charging K * epochs epochs to the meter).
 
     ``params`` and ``anchors`` are ``{name: (K, *shape)}``; ``seeds`` (K of them) fix each member's
-    minibatch order. Returns the trained parameters, detached, on the data's device.
+    minibatch order. With a ``split``, members train on its ``fit`` rows, are evaluated on its
+    ``validation`` rows after every epoch (mean negative log-likelihood), and each member's
+    best-validation weights are returned; one epoch then still reads every training example once
+    and is charged exactly one epoch. Returns parameters, detached, on the data's device.
     """
-    if len(next(iter(params.values()))) != len(seeds):
+    k = len(seeds)
+    if len(next(iter(params.values()))) != k:
         raise ValueError("one minibatch-order seed per member is needed")
+    rows = split.fit if split is not None else torch.arange(data.n_train)
     n, batch = data.n_train, schedule.batch_size
     params = {name: p.detach().clone().to(data.device).requires_grad_(True) for name, p in params.items()}
     optimiser = torch.optim.Adam(params.values(), lr=schedule.lr, betas=(schedule.beta1, schedule.beta2))
-    steps = epochs * math.ceil(n / batch)
+    steps = epochs * math.ceil(len(rows) / batch)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(steps, 1), eta_min=schedule.min_lr)
     shufflers = [torch.Generator().manual_seed(s) for s in seeds]
+    best = best_loss = None
     for _ in range(epochs):
-        order = torch.stack([torch.randperm(n, generator=g) for g in shufflers])
-        for start in range(0, n, batch):
+        order = rows[torch.stack([torch.randperm(len(rows), generator=g) for g in shufflers])]
+        for start in range(0, len(rows), batch):
             x, y = data.batch(order[:, start:start + batch])
             outputs = model(params, x, shared_input=False)
             mean_log_lik = likelihood.log_prob(outputs, y).mean(-1)
@@ -79,7 +86,44 @@ def train_members(
             loss.backward()
             optimiser.step()
             scheduler.step()
-    return {name: p.detach() for name, p in params.items()}
+        if split is not None:
+            best, best_loss = _keep_best(model, params, data, likelihood, split, best, best_loss)
+    final = best if best is not None else params
+    return {name: p.detach() for name, p in final.items()}
+
+
+@dataclass(frozen=True)
+class ValidationSplit:
+    """Rows of the training set held out for model selection (``validation``) and the rest (``fit``)."""
+
+    fit: torch.Tensor
+    validation: torch.Tensor
+
+    @classmethod
+    def random(cls, n_train: int, fraction: float, generator: torch.Generator) -> "ValidationSplit | None":
+        """A random split with ``round(fraction * n_train)`` validation rows; None for fraction 0."""
+        n_validation = round(fraction * n_train)
+        if n_validation == 0:
+            return None
+        if n_validation >= n_train:
+            raise ValueError(f"validation fraction {fraction} leaves no training rows")
+        order = torch.randperm(n_train, generator=generator)
+        return cls(fit=order[n_validation:], validation=order[:n_validation])
+
+
+def _keep_best(model, params, data, likelihood, split, best, best_loss):
+    """Evaluates every member on the validation rows (charged) and keeps each one's best weights."""
+    k = next(iter(params.values())).shape[0]
+    x, y = data.shared_batch(split.validation, copies=k)
+    with torch.no_grad():
+        loss = -likelihood.log_prob(model(params, x, shared_input=True), y).mean(-1)
+        if best is None:
+            return {n: p.detach().clone() for n, p in params.items()}, loss
+        improved = loss < best_loss
+        for name, p in params.items():
+            mask = improved.view(-1, *([1] * (p.dim() - 1)))
+            best[name] = torch.where(mask, p.detach(), best[name])
+        return best, torch.where(improved, loss, best_loss)
 
 
 def _member_sq_distance(p: torch.Tensor, anchor: torch.Tensor | None) -> torch.Tensor:

@@ -82,6 +82,13 @@ class MeteredData:
         indices = indices.to(self._x.device)
         return self._x[indices], self._y[indices]
 
+    def shared_batch(self, indices: torch.Tensor, copies: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``indices`` ``(B,)`` read once but used by ``copies`` members (e.g. a validation pass
+        of K members): charged ``copies * B`` examples, as if each member had read them."""
+        self.meter.charge(copies * indices.numel())
+        indices = indices.to(self._x.device)
+        return self._x[indices], self._y[indices]
+
     def full(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole training set, charged as one epoch (one full-data gradient evaluation)."""
         self.meter.charge(self.n_train)

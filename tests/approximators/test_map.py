@@ -8,28 +8,13 @@ import torch
 from torch import nn
 
 from approximators import get_method, resolve_config
-from approximators.base import PredictiveAccumulator, Problem
+from approximators.base import PredictiveAccumulator
 from approximators.training import AdamSchedule, initial_members, train_members
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
 from bench.likelihoods import FixedNoiseGaussian
-from bench.tasks import PREDICTIVE_SAMPLES, get_task
-
-
-def problem_for(task, meter):
-    return Problem(task.name, task.kind, task.model_factory, task.likelihood, task.prior_variance, task.n_train,
-                   task.x_test, task.n_classes, PREDICTIVE_SAMPLES, torch.device("cpu"), meter)
-
-
-def fit(method, task_name, budget, seed=0, **overrides):
-    task = get_task(task_name)
-    cls = get_method(method)
-    meter = BudgetMeter(budget, task.n_train)
-    approximator = cls(resolve_config(cls, task_name, {k: str(v) for k, v in overrides.items()}))
-    approximator.fit(problem_for(task, meter), MeteredData(task.x_train, task.y_train, meter),
-                     torch.Generator().manual_seed(seed))
-    return approximator.predictive(), meter
+from bench.tasks import get_task
 
 
 @pytest.mark.parametrize("task_name", ["toy-gap", "digits"])
@@ -83,19 +68,19 @@ def test_map_recovers_the_posterior_mode_of_linear_regression():
     assert meter.epochs_used == 400
 
 
-def test_deep_ensemble_charges_exactly_its_allocation():
+def test_deep_ensemble_charges_exactly_its_allocation(fit):
     _, meter = fit("de", "toy-gap", budget=13, members=4)
     assert meter.epochs_used == 12  # floor(13 / 4) = 3 epochs for each of 4 members
     _, meter = fit("sgd", "toy-gap", budget=7)
     assert meter.epochs_used == 7
 
 
-def test_budget_too_small_for_the_members_is_a_clear_error():
+def test_budget_too_small_for_the_members_is_a_clear_error(fit):
     with pytest.raises(BudgetExhausted, match="too small for 5 members"):
         fit("de", "toy-gap", budget=4)
 
 
-def test_seeded_runs_reproduce_exactly():
+def test_seeded_runs_reproduce_exactly(fit):
     first, _ = fit("de", "digits", budget=6, members=3)
     second, _ = fit("de", "digits", budget=6, members=3)
     other, _ = fit("de", "digits", budget=6, members=3, seed=1)
@@ -103,7 +88,7 @@ def test_seeded_runs_reproduce_exactly():
     assert not np.array_equal(first, other)
 
 
-def test_predictive_shapes():
+def test_predictive_shapes(fit):
     probs, _ = fit("de", "digits", budget=2, members=2)
     assert probs.shape == (1440, 10)
     np.testing.assert_allclose(probs.sum(1), 1, atol=1e-9)
@@ -111,7 +96,7 @@ def test_predictive_shapes():
     assert samples.shape == (147, 1000) and np.all(np.isfinite(samples))
 
 
-def test_regression_samples_are_spread_evenly_over_members():
+def test_regression_samples_are_spread_evenly_over_members(problem_for):
     task = get_task("toy-gap")
     meter = BudgetMeter(1, task.n_train)
     accumulator = PredictiveAccumulator(problem_for(task, meter), n_members=3, generator=torch.Generator())
@@ -128,7 +113,7 @@ def test_regression_samples_are_spread_evenly_over_members():
     assert meter.test_passes == 3
 
 
-def test_unknown_setting_and_bad_value_are_config_errors():
+def test_unknown_setting_and_bad_value_are_config_errors(fit):
     with pytest.raises(ConfigError, match="no setting 'momentum'"):
         fit("de", "toy-gap", budget=5, momentum=0.9)
     with pytest.raises(ConfigError, match="expected a value of type int"):

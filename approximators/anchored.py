@@ -1,0 +1,116 @@
+r"""Anchored ensembles (Pearce et al. 2020): ``ae``.
+
+Member k draws an anchor a_k ~ N(0, v I) (v: the task's prior variance), starts from a fresh
+initialisation and minimises the anchored loss
+
+    -(log p(D | theta_k) + log N(theta_k; a_k, v I)),
+
+with the likelihood at full-data scale, for ``epochs`` epochs (E = 100 in the authors'
+configurations). A budget B gives floor(B / E) members. With a_k = 0 this is the deep ensemble of
+MAP networks that ``de`` trains; both use :func:`approximators.training.train_members`.
+
+Training follows the SAE authors' implementation (Delaunoy & Louppe 2021): Adam with a cosine
+decay from ``lr`` to ``min_lr`` within each training call and fresh optimiser state per member; a
+random 90/10 split of the training set (``validation_fraction``), each member keeping its
+best-validation weights. Metering: an epoch reads the 90% once for training and the 10% once for
+validation, so it is charged exactly one epoch. The likelihood is scaled by the full N_train (the
+task's posterior), not by the 90% the gradient steps see.
+
+Per-task settings: the competition tasks use the authors' tuned values. The embedded tasks borrow
+those of the authors' closest task (UCI-Gap for the two regression tasks, DermaMNIST for
+``digits``); they were not re-tuned here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from approximators.base import Approximator, PredictiveAccumulator, Problem, member_seeds
+from approximators.training import AdamSchedule, ValidationSplit, initial_members, train_members
+from bench.budget import MeteredData
+from bench.errors import BudgetExhausted
+from bench.functional import StackedModel
+
+
+@dataclass(frozen=True)
+class AnchoredConfig:
+    epochs: int = 100
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    beta1: float = 0.9
+    beta2: float = 0.999
+    validation_fraction: float = 0.1
+    vectorise: bool = True
+
+
+FIRST_MEMBER_DEFAULTS = {
+    # The SAE authors' tuned settings (batch, lr -> min_lr, beta1, beta2) for a member trained from scratch.
+    "cifar10": dict(batch_size=155, lr=2.145e-3, min_lr=6.03e-5, beta1=0.8547, beta2=0.9997),
+    "cifar10c": dict(batch_size=86, lr=9.332e-4, min_lr=5.5e-6, beta1=0.8947, beta2=0.999),
+    "dermamnist": dict(batch_size=56, lr=7.893e-4, min_lr=3.87e-8, beta1=0.8774, beta2=0.9989),
+    "uci-gap": dict(batch_size=58, lr=8.989e-3, min_lr=4.83e-5, beta1=0.8921, beta2=0.9962),
+    "imdb": dict(batch_size=141, lr=7.436e-4, min_lr=2.82e-4, beta1=0.8866, beta2=0.9989),
+}
+FIRST_MEMBER_DEFAULTS.update({
+    "toy-gap": FIRST_MEMBER_DEFAULTS["uci-gap"],
+    "diabetes-gap": FIRST_MEMBER_DEFAULTS["uci-gap"],
+    "digits": FIRST_MEMBER_DEFAULTS["dermamnist"],
+})
+
+
+def schedule_of(config, prefix: str = "") -> AdamSchedule:
+    """The Adam schedule from a config's ``{prefix}lr``, ``{prefix}min_lr``, ``{prefix}beta1/2`` fields."""
+    get = lambda name: getattr(config, prefix + name)  # noqa: E731
+    return AdamSchedule(config.batch_size, get("lr"), get("min_lr"), get("beta1"), get("beta2"))
+
+
+def prior_draws(generators: list[torch.Generator], dim: int, prior_variance: float) -> torch.Tensor:
+    """One anchor a ~ N(0, v I) per generator: ``(K, D)``."""
+    return torch.stack([torch.randn(dim, generator=g) for g in generators]) * prior_variance**0.5
+
+
+def member_generators(generator: torch.Generator, n: int) -> list[torch.Generator]:
+    """One generator per member or chain, seeded from the run's generator: a member's draws then do
+    not depend on how many members train together."""
+    return [torch.Generator().manual_seed(s) for s in member_seeds(generator, n)]
+
+
+def next_seed(g: torch.Generator) -> int:
+    return int(torch.randint(0, 2**62, (), generator=g))
+
+
+class AnchoredEnsemble(Approximator):
+    name = "ae"
+    summary = "anchored ensemble: members trained from scratch towards anchors drawn from the prior"
+    paper = "Pearce et al. 2020"
+    Config = AnchoredConfig
+    TASK_DEFAULTS = FIRST_MEMBER_DEFAULTS
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        c = self.config
+        budget = data.meter.budget_epochs
+        members = math.floor(budget / c.epochs + 1e-9)
+        if members < 1:
+            raise BudgetExhausted(
+                f"ae: a budget of {budget:g} epochs is too small for one member of {c.epochs} epochs")
+        split = ValidationSplit.random(data.n_train, c.validation_fraction, generator)
+        generators = member_generators(generator, members)
+        model = StackedModel(problem.model_factory())
+        layout = model.layout
+        init_seeds = [next_seed(g) for g in generators]
+        anchors = layout.unflatten(prior_draws(generators, layout.size, problem.prior_variance))
+        order_seeds = [next_seed(g) for g in generators]
+        initial = initial_members(problem.model_factory, init_seeds)
+        accumulator = PredictiveAccumulator(problem, members, generator)
+        groups = [slice(0, members)] if c.vectorise else [slice(k, k + 1) for k in range(members)]
+        for group in groups:
+            trained = train_members(
+                model, {n: p[group] for n, p in initial.items()}, data, problem.likelihood,
+                problem.prior_variance, c.epochs, schedule_of(c), order_seeds[group],
+                anchors={n: a[group] for n, a in anchors.items()}, split=split)
+            accumulator.add(trained)
+        self._predictive = accumulator.result()

@@ -1,0 +1,137 @@
+r"""Sequential Anchored Ensembles (Delaunoy & Louppe 2021): ``sae``.
+
+C independent chains. In each chain the first member draws an anchor a_1 ~ N(0, v I), starts
+from a fresh initialisation and minimises the anchored loss (see :mod:`approximators.anchored`)
+for ``first_epochs`` E0 epochs. Member m > 1 of the chain moves the anchor by one guided-walk
+Metropolis-Hastings step on the prior (:mod:`approximators.guided_walk`, absolute step
+``walk_step``), starts from member m-1's trained weights, and trains for ``sequential_epochs`` E_s
+epochs with its own Adam schedule (``seq_*``) and fresh optimiser state. Every member of every
+chain enters the ensemble, and its predictive joins the running model average as soon as it is
+trained. The C chains train together in one vectorised pass.
+
+Budget allocation (``chains`` and ``members_per_chain`` 0 mean "derive from the budget B"):
+
+    C = max(1, round(sqrt(B / E0)))
+    M = 1 + floor((B - C E0) / (C E_s))     (members per chain: as many as fit in the budget)
+
+so C (E0 + (M - 1) E_s) <= B epochs are used. With E0 = 100 this reproduces the chain counts of
+the authors' configurations (200 -> 1, 500 -> 2, 1000 -> 3, 10000 -> 10 chains) and all four of
+their UCI-Gap member counts (E_s = 5: 21, 31, 47, 181). For classification (E_s = 2) it gives the
+authors' 117 members per chain at 1000 epochs but one member more than their 50, 75 and 450 at
+200, 500 and 10000: those configurations left exactly E_s epochs of every chain unspent, which no
+single rule consistent with the UCI-Gap counts reproduces. Set ``members_per_chain`` to use the
+authors' exact counts.
+
+Training details, metering and per-task defaults are as in :mod:`approximators.anchored`; the
+``seq_*`` settings and ``walk_step`` are the authors' per-task values for the competition tasks,
+and borrowed from their closest task for the embedded ones (UCI-Gap: E_s = 5 and s = 0.01 for the
+regression tasks; DermaMNIST: E_s = 2 and s = 0.01 for ``digits``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from approximators import guided_walk
+from approximators.anchored import (
+    FIRST_MEMBER_DEFAULTS, member_generators, next_seed, schedule_of,
+)
+from approximators.base import Approximator, PredictiveAccumulator, Problem
+from approximators.training import ValidationSplit, initial_members, train_members
+from bench.budget import MeteredData
+from bench.errors import BudgetExhausted
+from bench.functional import StackedModel
+
+
+@dataclass(frozen=True)
+class SAEConfig:
+    chains: int = 0
+    members_per_chain: int = 0
+    first_epochs: int = 100
+    sequential_epochs: int = 2
+    walk_step: float = 0.02
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    beta1: float = 0.9
+    beta2: float = 0.999
+    seq_lr: float = 1e-3
+    seq_min_lr: float = 1e-5
+    seq_beta1: float = 0.9
+    seq_beta2: float = 0.999
+    validation_fraction: float = 0.1
+    vectorise: bool = True
+
+
+_SEQUENTIAL = {
+    # The SAE authors' settings for sequential members: E_s, walk step s, lr -> min_lr, beta1, beta2.
+    "cifar10": dict(sequential_epochs=2, walk_step=0.02, seq_lr=2.145e-3, seq_min_lr=1e-4,
+                    seq_beta1=0.8547, seq_beta2=0.9997),
+    "cifar10c": dict(sequential_epochs=2, walk_step=0.02, seq_lr=2.3e-3, seq_min_lr=5.39e-5,
+                     seq_beta1=0.8731, seq_beta2=0.998),
+    "imdb": dict(sequential_epochs=2, walk_step=0.02, seq_lr=2.392e-3, seq_min_lr=1.43e-5,
+                 seq_beta1=0.8961, seq_beta2=0.9994),
+    "dermamnist": dict(sequential_epochs=2, walk_step=0.01, seq_lr=1.173e-3, seq_min_lr=4.47e-5,
+                       seq_beta1=0.8295, seq_beta2=0.9944),
+    "uci-gap": dict(sequential_epochs=5, walk_step=0.01, seq_lr=2.724e-3, seq_min_lr=1.518e-4,
+                    seq_beta1=0.8109, seq_beta2=0.9959),
+}
+_SEQUENTIAL.update({"toy-gap": _SEQUENTIAL["uci-gap"], "diabetes-gap": _SEQUENTIAL["uci-gap"],
+                    "digits": _SEQUENTIAL["dermamnist"]})
+SAE_DEFAULTS = {task: {**FIRST_MEMBER_DEFAULTS[task], **seq} for task, seq in _SEQUENTIAL.items()}
+
+
+def allocation(budget: float, first_epochs: int, sequential_epochs: int,
+               chains: int = 0, members_per_chain: int = 0) -> tuple[int, int]:
+    """(chains C, members per chain M) for a budget; nonzero arguments override the rule."""
+    c = chains or max(1, round(math.sqrt(budget / first_epochs)))
+    if c * first_epochs > budget + 1e-9:
+        raise BudgetExhausted(
+            f"sae: a budget of {budget:g} epochs is too small for {c} chain(s) whose first member "
+            f"trains {first_epochs} epochs")
+    m = members_per_chain or 1 + math.floor((budget - c * first_epochs) / (c * sequential_epochs) + 1e-9)
+    if c * (first_epochs + (m - 1) * sequential_epochs) > budget + 1e-9:
+        raise BudgetExhausted(
+            f"sae: {c} chain(s) of {m} members need {c * (first_epochs + (m - 1) * sequential_epochs)} "
+            f"epochs, more than the budget of {budget:g}")
+    return c, m
+
+
+class SequentialAnchoredEnsemble(Approximator):
+    name = "sae"
+    summary = "sequential anchored ensembles: chains of members with guided-walk anchors, warm-started"
+    paper = "Delaunoy & Louppe 2021"
+    Config = SAEConfig
+    TASK_DEFAULTS = SAE_DEFAULTS
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        c = self.config
+        chains, members = allocation(data.meter.budget_epochs, c.first_epochs, c.sequential_epochs,
+                                     c.chains, c.members_per_chain)
+        split = ValidationSplit.random(data.n_train, c.validation_fraction, generator)
+        generators = member_generators(generator, chains)
+        model = StackedModel(problem.model_factory())
+        accumulator = PredictiveAccumulator(problem, chains * members, generator)
+        groups = [list(range(chains))] if c.vectorise else [[k] for k in range(chains)]
+        for group in groups:
+            self._run_chains(model, problem, data, [generators[k] for k in group], members, split, accumulator)
+        self._predictive = accumulator.result()
+
+    def _run_chains(self, model, problem, data, generators, members, split, accumulator) -> None:
+        """Trains len(generators) chains together, adding each round of members to the average."""
+        c, v = self.config, problem.prior_variance
+        init_seeds = [next_seed(g) for g in generators]
+        walk = guided_walk.init(generators, model.layout.size, v)
+        params = initial_members(problem.model_factory, init_seeds)
+        for member in range(members):
+            if member:
+                walk, _ = guided_walk.step(walk, generators, c.walk_step, v)
+            epochs, schedule = (c.first_epochs, schedule_of(c)) if member == 0 else \
+                (c.sequential_epochs, schedule_of(c, "seq_"))
+            params = train_members(
+                model, params, data, problem.likelihood, v, epochs, schedule,
+                [next_seed(g) for g in generators], anchors=model.layout.unflatten(walk.anchor), split=split)
+            accumulator.add(params)

@@ -1,0 +1,61 @@
+"""AE against SAE at several budgets and seeds on the embedded tasks (the SAE paper's Table 2, here).
+
+    python benchmarks/sae_table.py [--budgets 200 500 1000] [--seeds 0 1 2] [--out runs-table]
+
+Runs are written (and reused when already finished: the sweep resumes) under ``--out``; the table
+shows mean ± standard deviation over seeds (ddof = 1) of the fidelity metrics, next to the
+reference's noise floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from tabulate import tabulate
+
+from bench import records
+from bench.runner import RunSpec, run
+from bench.tasks import get_task, task_names
+
+FIDELITY = {"classification": ("agreement", "total_variation"), "regression": ("w1", "w2")}
+
+
+def result_of(spec: RunSpec) -> dict:
+    folder = records.run_folder(spec.out, spec.task, spec.method, spec.budget, spec.seed)
+    if (folder / records.RESULT).exists():
+        return records.read_result(folder)
+    return run(spec)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budgets", type=float, nargs="+", default=[200, 500, 1000])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", default=["ae", "sae"])
+    parser.add_argument("--out", type=Path, default=Path("runs-table"))
+    args = parser.parse_args()
+    rows = []
+    for task_name in task_names():
+        task = get_task(task_name)
+        names = FIDELITY[task.kind]
+        for budget in args.budgets:
+            floor = None
+            for method in args.methods:
+                results = [result_of(RunSpec(task_name, method, budget, seed, out=args.out)) for seed in args.seeds]
+                floor = results[0]["noise_floor"]["all"]
+                row = {"task": task_name, "budget": f"{budget:g}", "method": method,
+                       "epochs": f"{results[0]['epochs_used']:g}"}
+                for metric in names:
+                    values = np.array([r["metrics"][metric] for r in results])
+                    row[metric] = f"{values.mean():.4f} ± {values.std(ddof=1):.4f}"
+                rows.append(row)
+            rows.append({"task": task_name, "budget": f"{budget:g}", "method": "noise floor", "epochs": "",
+                         **{metric: f"{floor[metric]:.4f}" for metric in names}})
+    print(f"mean ± std over seeds {args.seeds} (ddof=1)")
+    print(tabulate(rows, headers="keys"))
+
+
+if __name__ == "__main__":
+    main()

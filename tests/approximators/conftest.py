@@ -1,0 +1,35 @@
+"""Helpers shared by the approximator tests: run a method's ``fit`` under a real meter."""
+
+import pytest
+import torch
+
+from approximators import get_method, resolve_config
+from approximators.base import Problem
+from bench.budget import BudgetMeter, MeteredData
+from bench.tasks import PREDICTIVE_SAMPLES, get_task
+
+
+def _problem_for(task, meter):
+    return Problem(task.name, task.kind, task.model_factory, task.likelihood, task.prior_variance, task.n_train,
+                   task.x_test, task.n_classes, PREDICTIVE_SAMPLES, torch.device("cpu"), meter)
+
+
+def _fit(method, task_name, budget, seed=0, **overrides):
+    """Fits ``method`` on ``task_name`` under ``budget`` epochs; returns (predictive, meter)."""
+    task = get_task(task_name)
+    cls = get_method(method)
+    meter = BudgetMeter(budget, task.n_train)
+    approximator = cls(resolve_config(cls, task_name, {k: str(v) for k, v in overrides.items()}))
+    approximator.fit(_problem_for(task, meter), MeteredData(task.x_train, task.y_train, meter),
+                     torch.Generator().manual_seed(seed))
+    return approximator.predictive(), meter
+
+
+@pytest.fixture
+def fit():
+    return _fit
+
+
+@pytest.fixture
+def problem_for():
+    return _problem_for
