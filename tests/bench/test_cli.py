@@ -112,4 +112,4 @@ def test_module_entry_point_exits_non_zero_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "bench", "--method", "nope", "--budget", "1"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: unknown method 'nope'; known methods: sgd, de"
+    assert proc.stderr.strip() == "error: unknown method 'nope'; known methods: sgd, de, ae, sae"
