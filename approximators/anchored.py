@@ -16,9 +16,9 @@ best-validation weights. Metering: an epoch reads the 90% once for training and 
 validation, so it is charged exactly one epoch. The likelihood is scaled by the full N_train (the
 task's posterior), not by the 90% the gradient steps see.
 
-Per-task settings: the competition tasks use the authors' tuned values. The embedded tasks borrow
-those of the authors' closest task (UCI-Gap for the two regression tasks, DermaMNIST for
-``digits``); they were not re-tuned here.
+Per-task settings: the competition tasks use the authors' tuned values. For the embedded tasks the
+first member's settings were tuned like the authors' ones, by a seeded random search
+(``benchmarks/tune_anchored.py``) whose objective is the validation NLL on the held-out 10%.
 """
 
 from __future__ import annotations
@@ -56,9 +56,11 @@ FIRST_MEMBER_DEFAULTS = {
     "imdb": dict(batch_size=141, lr=7.436e-4, min_lr=2.82e-4, beta1=0.8866, beta2=0.9989),
 }
 FIRST_MEMBER_DEFAULTS.update({
-    "toy-gap": FIRST_MEMBER_DEFAULTS["uci-gap"],
-    "diabetes-gap": FIRST_MEMBER_DEFAULTS["uci-gap"],
-    "digits": FIRST_MEMBER_DEFAULTS["dermamnist"],
+    # Embedded tasks: `python benchmarks/tune_anchored.py --trials 16 --seed 0` (random search,
+    # validation NLL on the held-out 10%, never the HMC reference).
+    "toy-gap": dict(batch_size=16, lr=0.02072, min_lr=2.111e-06, beta1=0.9286, beta2=0.9903),
+    "diabetes-gap": dict(batch_size=32, lr=0.02689, min_lr=0.0002405, beta1=0.9033, beta2=0.9939),
+    "digits": dict(batch_size=32, lr=0.01824, min_lr=0.0001205, beta1=0.9094, beta2=0.9954),
 })
 
 
