@@ -63,3 +63,12 @@ def test_seeded_runs_reproduce_exactly(method, settings, fit):
     other, _ = fit(method, "diabetes-gap", budget=8, seed=1, **settings)
     np.testing.assert_array_equal(first, second)
     assert not np.array_equal(first, other)
+
+
+def test_sae_members_start_from_their_predecessor(fit):
+    """With the sequential learning rate at zero a later member cannot move, so a chain of two
+    members must predict exactly like its first member alone: it fails if members restart."""
+    frozen = dict(chains=1, first_epochs=2, sequential_epochs=1, seq_lr=0.0, seq_min_lr=0.0)
+    one, _ = fit("sae", "digits", budget=2, members_per_chain=1, **frozen)
+    two, _ = fit("sae", "digits", budget=3, members_per_chain=2, **frozen)
+    np.testing.assert_allclose(two, one, atol=1e-12, rtol=0)
