@@ -72,15 +72,18 @@ def _cmd_run(args) -> int:
     from tqdm.auto import tqdm
 
     from approximators import get_method, resolve_config
-    from bench.runner import RunSpec, run
+    from bench.runner import RunSpec, resolve_device, run
     from bench.tasks import get_task, task_names
 
     tasks = args.task or task_names()
     method = get_method(args.method)
-    for task in tasks:  # fail on any bad name or setting before the first task trains
+    for task in tasks:  # fail on any bad name, setting or device before the first task trains
         resolve_config(method, get_task(task).name, dict(args.overrides))
+    resolve_device(args.device)
     rows = []
-    for task in tqdm(tasks, desc=f"{args.method} @ {args.budget:g} epochs", unit="task", disable=args.quiet):
+    # disable=None: a progress bar only on a terminal, so piped stderr holds errors alone.
+    for task in tqdm(tasks, desc=f"{args.method} @ {args.budget:g} epochs", unit="task",
+                     disable=True if args.quiet else None):
         result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=args.seed,
                              device=args.device, out=args.out, overrides=tuple(args.overrides), force=args.force))
         rows.append(_summary_row(result))
@@ -148,7 +151,8 @@ def _cmd_reference(args) -> int:
 
     task = get_task(args.task)
     device = str(resolve_device(args.device))
-    generated = generate(task, REFERENCE_SETTINGS[task.name], device=device, progress=not args.quiet)
+    generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
+                         progress=None if not args.quiet else False)
     meta = generated.metadata
     rhat = meta["diagnostics"]["max_split_rhat"]
     print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "

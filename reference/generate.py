@@ -94,7 +94,8 @@ def _scores(task: Task, prediction: np.ndarray, reference: np.ndarray) -> dict:
     return result
 
 
-def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: bool = True) -> GeneratedReference:
+def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: bool | None = True) -> GeneratedReference:
+    """Runs the chains and builds the reference; ``progress`` None shows a bar only on a terminal."""
     if settings.n_chains < 2 or settings.n_chains % 2:
         raise ValueError("n_chains must be even and at least 2 (the noise floor compares two halves)")
     torch_device = torch.device(device)
@@ -110,7 +111,7 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
     state = hmc.init(initial.to(device=torch_device, dtype=dtype), target, settings.initial_step_size, adapt=True)
     gradient_evaluations = 0
     total = settings.n_burnin + settings.n_samples * settings.thinning
-    bar = tqdm(total=total, desc=f"HMC {task.name}", disable=not progress, unit="it")
+    bar = tqdm(total=total, desc=f"HMC {task.name}", disable=None if progress is None else not progress, unit="it")
     burnin_accept, kept_accept, kept, leapfrog_counts = [], [], [], []
     for iteration in range(total):
         if iteration == settings.n_burnin:

@@ -113,3 +113,12 @@ def test_module_entry_point_exits_non_zero_without_traceback():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: unknown method 'nope'; known methods: sgd, de, ae, sae"
+
+
+def test_piped_stderr_holds_only_the_error_line():
+    """Without --quiet, progress bars appear only on a terminal: a piped stderr is the error alone."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "--method", "sae", "--budget", "10", "--task", "digits"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: sae: a budget of 10 epochs is too small for 1 chain(s) whose first member "
+                           "trains 100 epochs\n")
