@@ -29,20 +29,15 @@ from dataclasses import dataclass
 import torch
 
 from approximators.base import Approximator, PredictiveAccumulator, Problem, member_seeds
-from approximators.training import AdamSchedule, ValidationSplit, initial_members, train_members
+from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
 from bench.functional import StackedModel
 
 
 @dataclass(frozen=True)
-class AnchoredConfig:
+class AnchoredConfig(AdamConfig):
     epochs: int = 100
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float = 1e-5
-    beta1: float = 0.9
-    beta2: float = 0.999
     validation_fraction: float = 0.1
     vectorise: bool = True
 
@@ -62,12 +57,6 @@ FIRST_MEMBER_DEFAULTS.update({
     "diabetes-gap": dict(batch_size=32, lr=0.02689, min_lr=0.0002405, beta1=0.9033, beta2=0.9939),
     "digits": dict(batch_size=32, lr=0.01824, min_lr=0.0001205, beta1=0.9094, beta2=0.9954),
 })
-
-
-def schedule_of(config, prefix: str = "") -> AdamSchedule:
-    """The Adam schedule from a config's ``{prefix}lr``, ``{prefix}min_lr``, ``{prefix}beta1/2`` fields."""
-    get = lambda name: getattr(config, prefix + name)  # noqa: E731
-    return AdamSchedule(config.batch_size, get("lr"), get("min_lr"), get("beta1"), get("beta2"))
 
 
 def prior_draws(generators: list[torch.Generator], dim: int, prior_variance: float) -> torch.Tensor:

@@ -27,6 +27,7 @@ from bench.budget import BudgetMeter, MeteredData
 from bench.errors import ConfigError
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
+from bench.tasks import PREDICTIVE_SAMPLES, Task
 
 EVAL_CHUNK = 4096
 """Test rows evaluated at once, to bound memory for large test sets and many members."""
@@ -50,6 +51,12 @@ class Problem:
     n_predictive_samples: int
     device: torch.device
     meter: BudgetMeter
+
+    @classmethod
+    def for_task(cls, task: Task, meter: BudgetMeter, device: torch.device = torch.device("cpu")) -> "Problem":
+        return cls(task=task.name, kind=task.kind, model_factory=task.model_factory, likelihood=task.likelihood,
+                   prior_variance=task.prior_variance, n_train=task.n_train, x_test=task.x_test.to(device),
+                   n_classes=task.n_classes, n_predictive_samples=PREDICTIVE_SAMPLES, device=device, meter=meter)
 
 
 class PredictiveAccumulator:

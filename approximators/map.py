@@ -19,20 +19,15 @@ from dataclasses import dataclass
 import torch
 
 from approximators.base import Approximator, PredictiveAccumulator, Problem, member_seeds
-from approximators.training import AdamSchedule, initial_members, train_members
+from approximators.training import AdamConfig, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
 from bench.functional import StackedModel
 
 
 @dataclass(frozen=True)
-class MAPConfig:
+class MAPConfig(AdamConfig):
     members: int = 5
-    batch_size: int = 32
-    lr: float = 1e-2
-    min_lr: float = 1e-4
-    beta1: float = 0.9
-    beta2: float = 0.999
 
 
 EMBEDDED_DEFAULTS = {
@@ -61,33 +56,22 @@ class DeepEnsemble(Approximator):
             raise BudgetExhausted(
                 f"{self.name}: a budget of {data.meter.budget_epochs:g} epochs is too small for {members} "
                 f"members of at least one epoch each")
-        c = self.config
         seeds = member_seeds(generator, 2 * members)
         init_seeds, order_seeds = seeds[:members], seeds[members:]
         model = StackedModel(problem.model_factory())
         trained = train_members(
             model, initial_members(problem.model_factory, init_seeds), data, problem.likelihood,
-            problem.prior_variance, epochs, AdamSchedule(c.batch_size, c.lr, c.min_lr, c.beta1, c.beta2),
-            order_seeds)
+            problem.prior_variance, epochs, schedule_of(self.config), order_seeds)
         accumulator = PredictiveAccumulator(problem, members, generator)
         accumulator.add(trained)
         self._predictive = accumulator.result()
-
-
-@dataclass(frozen=True)
-class SGDConfig:
-    batch_size: int = 32
-    lr: float = 1e-2
-    min_lr: float = 1e-4
-    beta1: float = 0.9
-    beta2: float = 0.999
 
 
 class MAP(DeepEnsemble):
     name = "sgd"
     summary = "MAP point estimate: one network trained on the log posterior for the whole budget"
     paper = ""
-    Config = SGDConfig
+    Config = AdamConfig
 
     def n_members(self) -> int:
         return 1

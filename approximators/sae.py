@@ -39,28 +39,21 @@ from dataclasses import dataclass
 import torch
 
 from approximators import guided_walk
-from approximators.anchored import (
-    FIRST_MEMBER_DEFAULTS, member_generators, next_seed, schedule_of,
-)
+from approximators.anchored import FIRST_MEMBER_DEFAULTS, member_generators, next_seed
 from approximators.base import Approximator, PredictiveAccumulator, Problem
-from approximators.training import ValidationSplit, initial_members, train_members
+from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
 from bench.functional import StackedModel
 
 
 @dataclass(frozen=True)
-class SAEConfig:
+class SAEConfig(AdamConfig):
     chains: int = 0
     members_per_chain: int = 0
     first_epochs: int = 100
     sequential_epochs: int = 2
     walk_step: float = 0.02
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float = 1e-5
-    beta1: float = 0.9
-    beta2: float = 0.999
     seq_lr: float = 1e-3
     seq_min_lr: float = 1e-5
     seq_beta1: float = 0.9

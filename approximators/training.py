@@ -29,12 +29,23 @@ from bench.likelihoods import Likelihood
 
 
 @dataclass(frozen=True)
-class AdamSchedule:
-    batch_size: int
-    lr: float
-    min_lr: float
+class AdamConfig:
+    """Adam with a cosine decay from ``lr`` to ``min_lr``: the settings of one training call, and the
+    base of every config of a method trained by :func:`train_members` (so each exposes them to
+    ``--set``)."""
+
+    batch_size: int = 32
+    lr: float = 1e-2
+    min_lr: float = 1e-4
     beta1: float = 0.9
     beta2: float = 0.999
+
+
+def schedule_of(config: AdamConfig, prefix: str = "") -> AdamConfig:
+    """The schedule in ``config``'s ``{prefix}lr``, ``{prefix}min_lr``, ``{prefix}beta1/2`` fields
+    (``prefix="seq_"`` for SAE's sequential members), with its batch size."""
+    get = lambda name: getattr(config, prefix + name)  # noqa: E731
+    return AdamConfig(config.batch_size, get("lr"), get("min_lr"), get("beta1"), get("beta2"))
 
 
 def initial_members(model_factory, seeds: list[int]) -> dict[str, torch.Tensor]:
@@ -49,7 +60,7 @@ def train_members(
     likelihood: Likelihood,
     prior_variance: float,
     epochs: int,
-    schedule: AdamSchedule,
+    schedule: AdamConfig,
     seeds: list[int],
     anchors: dict[str, torch.Tensor] | None = None,
     split: "ValidationSplit | None" = None,

@@ -16,7 +16,7 @@ from approximators import Problem, get_method, resolve_config
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import BenchError
-from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
+from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
 
 
@@ -66,10 +66,7 @@ def run(spec: RunSpec) -> dict:
 
     meter = BudgetMeter(spec.budget, task.n_train)
     data = MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
-    problem = Problem(
-        task=task.name, kind=task.kind, model_factory=task.model_factory, likelihood=task.likelihood,
-        prior_variance=task.prior_variance, n_train=task.n_train, x_test=task.x_test.to(device),
-        n_classes=task.n_classes, n_predictive_samples=PREDICTIVE_SAMPLES, device=device, meter=meter)
+    problem = Problem.for_task(task, meter, device)
     generator = torch.Generator().manual_seed(spec.seed)
     approximator = method(config)
     started = time.perf_counter()

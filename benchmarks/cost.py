@@ -17,7 +17,7 @@ import torch
 from tabulate import tabulate
 
 from approximators import METHODS, resolve_config
-from approximators.base import member_seeds
+from approximators.base import Problem, member_seeds
 from bench.budget import BudgetMeter, MeteredData
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.tasks import get_task, task_names
@@ -51,14 +51,10 @@ def plain_sgd_epoch(task, batch_size: int) -> float:
 
 def run_method(task, name: str, budget: float, overrides: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall seconds of a method's ``fit`` (training and predictive) and the epochs it was charged."""
-    from approximators.base import Problem
-    from bench.tasks import PREDICTIVE_SAMPLES
-
     cls = METHODS[name]
     config = resolve_config(cls, task.name, overrides)
     meter = BudgetMeter(budget, task.n_train)
-    problem = Problem(task.name, task.kind, task.model_factory, task.likelihood, task.prior_variance,
-                      task.n_train, task.x_test, task.n_classes, PREDICTIVE_SAMPLES, torch.device("cpu"), meter)
+    problem = Problem.for_task(task, meter)
     started = time.perf_counter()
     cls(config).fit(problem, MeteredData(task.x_train, task.y_train, meter), torch.Generator().manual_seed(0))
     return time.perf_counter() - started, meter.epochs_used

@@ -22,7 +22,7 @@ import torch
 
 from approximators import guided_walk
 from approximators.sae import SAE_DEFAULTS
-from approximators.training import AdamSchedule, ValidationSplit, initial_members, train_members
+from approximators.training import AdamConfig, ValidationSplit, initial_members, train_members
 from bench.budget import BudgetMeter, MeteredData
 from bench.functional import StackedModel
 from bench.tasks import get_task, task_names
@@ -34,9 +34,9 @@ def validation_nll(model, params, task, split) -> float:
         return float(-task.likelihood.log_prob(model(params, x, shared_input=True), y).mean())
 
 
-def sample_schedule(rng: np.random.Generator, batch_choices: list[int], lr_range) -> AdamSchedule:
+def sample_schedule(rng: np.random.Generator, batch_choices: list[int], lr_range) -> AdamConfig:
     lr = math.exp(rng.uniform(*np.log(lr_range)))
-    return AdamSchedule(batch_size=int(rng.choice(batch_choices)), lr=lr,
+    return AdamConfig(batch_size=int(rng.choice(batch_choices)), lr=lr,
                         min_lr=lr * math.exp(rng.uniform(np.log(1e-4), np.log(1e-1))),
                         beta1=rng.uniform(0.8, 0.95), beta2=rng.uniform(0.99, 0.9999))
 

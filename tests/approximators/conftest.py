@@ -6,12 +6,7 @@ import torch
 from approximators import get_method, resolve_config
 from approximators.base import Problem
 from bench.budget import BudgetMeter, MeteredData
-from bench.tasks import PREDICTIVE_SAMPLES, get_task
-
-
-def _problem_for(task, meter):
-    return Problem(task.name, task.kind, task.model_factory, task.likelihood, task.prior_variance, task.n_train,
-                   task.x_test, task.n_classes, PREDICTIVE_SAMPLES, torch.device("cpu"), meter)
+from bench.tasks import get_task
 
 
 def _fit(method, task_name, budget, seed=0, **overrides):
@@ -20,7 +15,7 @@ def _fit(method, task_name, budget, seed=0, **overrides):
     cls = get_method(method)
     meter = BudgetMeter(budget, task.n_train)
     approximator = cls(resolve_config(cls, task_name, {k: str(v) for k, v in overrides.items()}))
-    approximator.fit(_problem_for(task, meter), MeteredData(task.x_train, task.y_train, meter),
+    approximator.fit(Problem.for_task(task, meter), MeteredData(task.x_train, task.y_train, meter),
                      torch.Generator().manual_seed(seed))
     return approximator.predictive(), meter
 
@@ -32,4 +27,4 @@ def fit():
 
 @pytest.fixture
 def problem_for():
-    return _problem_for
+    return Problem.for_task

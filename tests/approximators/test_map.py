@@ -9,7 +9,7 @@ from torch import nn
 
 from approximators import get_method, resolve_config
 from approximators.base import PredictiveAccumulator
-from approximators.training import AdamSchedule, initial_members, train_members
+from approximators.training import AdamConfig, initial_members, train_members
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
@@ -21,7 +21,7 @@ from bench.tasks import get_task
 def test_vectorised_members_equal_members_trained_alone(task_name):
     task = get_task(task_name)
     model = StackedModel(task.model_factory())
-    schedule = AdamSchedule(batch_size=32, lr=1e-2, min_lr=1e-3)
+    schedule = AdamConfig(batch_size=32, lr=1e-2, min_lr=1e-3)
     init_seeds, order_seeds = [1, 2, 3], [11, 12, 13]
 
     def train(inits, orders):
@@ -62,7 +62,7 @@ def test_map_recovers_the_posterior_mode_of_linear_regression():
     meter = BudgetMeter(400, n)
     trained = train_members(model, initial_members(lambda: nn.Sequential(nn.Linear(d, 1)), [0]),
                             MeteredData(x, y, meter), FixedNoiseGaussian(noise), prior_variance, 400,
-                            AdamSchedule(batch_size=n, lr=0.05, min_lr=1e-4), [0])
+                            AdamConfig(batch_size=n, lr=0.05, min_lr=1e-4), [0])
     found = torch.cat([trained["0.weight"][0, 0], trained["0.bias"][0]]).double()
     torch.testing.assert_close(found, mode, atol=2e-3, rtol=0)
     assert meter.epochs_used == 400
