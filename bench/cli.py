@@ -1,4 +1,5 @@
-"""Command line: ``python -m bench [run] --method M --budget B``, ``tasks``, ``methods``, ``reference generate``."""
+"""Command line: ``python -m bench [run] --method M --budget B``, ``tasks``, ``methods``, ``fetch``,
+``export-submission``, ``reference generate``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-SUBCOMMANDS = ("run", "tasks", "methods", "reference")
+SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
     run.add_argument("--method", required=True, help="method name (see `methods`)")
     run.add_argument("--budget", required=True, type=_positive_float, help="training epochs, summed over everything trained")
-    run.add_argument("--task", action="append", help="task name (repeatable); default: every embedded task")
+    run.add_argument("--task", action="append",
+                     help="task name (repeatable); default: every embedded task (competition tasks need `fetch` first)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
@@ -51,8 +53,29 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="KEY=VALUE", help="override a method setting (repeatable)")
     run.add_argument("--force", action="store_true", help="overwrite a finished run")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_cache(run)
 
-    sub.add_parser("tasks", help="list tasks, their settings and reference status")
+    tasks = sub.add_parser("tasks", help="list tasks, their settings and reference status")
+    _add_cache(tasks)
+
+    fetch = sub.add_parser("fetch", help="download a competition task's data and official reference (the only "
+                                         "command that downloads)")
+    which = fetch.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", action="append", help="competition task (repeatable)")
+    which.add_argument("--all", action="store_true", help="every competition task")
+    _add_cache(fetch)
+    fetch.add_argument("--keep-downloads", action="store_true",
+                       help="keep the downloaded text and npz files after conversion")
+    fetch.add_argument("--data-url", default=None, help="mirror of the organisers' data bucket (default: the official one)")
+    fetch.add_argument("--reference-url", default=None,
+                       help="mirror of the starter-kit repository's raw files (default: the official one)")
+    fetch.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    export = sub.add_parser("export-submission", help="write finished competition runs as the competition's zip")
+    export.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders, one per task")
+    export.add_argument("--out", type=Path, default=Path("submission.zip"), help="zip to write (default: submission.zip)")
+    export.add_argument("--force", action="store_true", help="replace an existing zip")
+    _add_cache(export)
     sub.add_parser("methods", help="list methods and their settings")
 
     ref = sub.add_parser("reference", help="HMC reference posteriors")
@@ -68,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="folder for fetched competition data (default: $BDL_BENCH_CACHE, else ~/.cache/bdl-bench)")
+
+
 def _cmd_run(args) -> int:
     from tqdm.auto import tqdm
 
@@ -77,15 +105,16 @@ def _cmd_run(args) -> int:
 
     tasks = args.task or task_names()
     method = get_method(args.method)
-    for task in tasks:  # fail on any bad name, setting or device before the first task trains
-        resolve_config(method, get_task(task).name, dict(args.overrides))
+    for task in tasks:  # fail on any bad name, missing data, setting or device before the first task trains
+        resolve_config(method, get_task(task, args.cache).name, dict(args.overrides))
     resolve_device(args.device)
     rows = []
     # disable=None: a progress bar only on a terminal, so piped stderr holds errors alone.
     for task in tqdm(tasks, desc=f"{args.method} @ {args.budget:g} epochs", unit="task",
                      disable=True if args.quiet else None):
         result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=args.seed,
-                             device=args.device, out=args.out, overrides=tuple(args.overrides), force=args.force))
+                             device=args.device, out=args.out, overrides=tuple(args.overrides), force=args.force,
+                             cache=args.cache))
         rows.append(_summary_row(result))
     for kind in ("regression", "classification"):
         table = [{k: v for k, v in row.items() if k != "kind"} for row in rows if row["kind"] == kind]
@@ -96,22 +125,27 @@ def _cmd_run(args) -> int:
 
 
 def _summary_row(result: dict) -> dict:
-    m, floor = result["metrics"], result["noise_floor"]["all"]
+    """One line of the run table; official references have no published noise floor (shown as None)."""
+    m = result["metrics"]
+    floor = (result["noise_floor"] or {}).get("all", {})
+    public = result["metrics_by_block"].get("public")
     if "agreement" in m:
         fidelity = {"agreement": m["agreement"], "TV": m["total_variation"],
-                    "floor agr": floor["agreement"], "floor TV": floor["total_variation"],
-                    "accuracy": m.get("accuracy")}
+                    "floor agr": floor.get("agreement"), "floor TV": floor.get("total_variation"),
+                    "public agr": public and public["agreement"], "accuracy": m.get("accuracy")}
     else:
-        fidelity = {"W1": m["w1"], "W2": m["w2"], "floor W1": floor["w1"], "floor W2": floor["w2"],
-                    "RMSE": m.get("rmse")}
+        fidelity = {"W1": m["w1"], "W2": m["w2"], "floor W1": floor.get("w1"), "floor W2": floor.get("w2"),
+                    "public W (competition)": public and public["competition_w"], "RMSE": m.get("rmse")}
     return {"kind": "classification" if "agreement" in m else "regression",
             "task": result["task"], "method": result["method"], "budget": f"{result['budget']:g}",
             "epochs": f"{result['epochs_used']:g}", "seed": result["seed"], **fidelity,
             "seconds": result["wall_seconds"]}
 
 
-def _cmd_tasks(_args) -> int:
-    from bench.tasks import get_task, task_names
+def _cmd_tasks(args) -> int:
+    from bench.download import resolve_cache
+    from bench.tasks import COMPETITION, get_task, task_names
+    from bench.tasks.competition import SPECS, read_manifest
     from reference.store import reference_status
 
     rows = []
@@ -122,11 +156,61 @@ def _cmd_tasks(_args) -> int:
                      "test": task.n_test, "model": task.architecture, "parameters": task.n_parameters(),
                      "likelihood": d["likelihood"]["name"], "prior variance": f"{task.prior_variance:.4g}",
                      "reference": reference_status(task)})
+    for name in COMPETITION:
+        spec, manifest = SPECS[name], read_manifest(name, args.cache)
+        task = get_task(name, args.cache) if manifest else None
+        rows.append({"task": name, "version": spec.version, "kind": spec.likelihood.kind,
+                     "train": task.n_train if task else "-", "test": task.n_test if task else "-",
+                     "model": spec.architecture.split(" (")[0],
+                     "parameters": sum(p.numel() for p in spec.model_factory().parameters()),
+                     "likelihood": spec.likelihood.describe()["name"], "prior variance": f"{spec.prior_variance:.4g}",
+                     "reference": f"official, {reference_status(task)}" if task else "not fetched"})
     print(tabulate(rows, headers="keys"))
     for name in task_names():
         task = get_task(name)
         extra = {k: v for k, v in task.describe().items() if k in ("data", "test_blocks")}
         print(f"\n{name}: {task.description}\n  {extra}")
+    print(f"\ncompetition tasks (cache: {resolve_cache(args.cache)}):")
+    for name in COMPETITION:
+        print(f"  {name}: {SPECS[name].description}")
+    return 0
+
+
+def _cmd_fetch(args) -> int:
+    from functools import partial
+
+    from tqdm.auto import tqdm
+
+    from bench.download import resolve_cache
+    from bench.fetch import describe_fetch, fetch_task
+    from bench.tasks import COMPETITION
+    from bench.tasks.competition import DATA_URL, REFERENCE_URL
+
+    names = list(COMPETITION) if args.all else args.task
+    unknown = [n for n in names if n not in COMPETITION]
+    if unknown:
+        from bench.errors import ConfigError
+
+        raise ConfigError(f"not a competition task: {', '.join(unknown)}; fetch takes {', '.join(COMPETITION)}")
+    progress = partial(tqdm, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                       disable=True if args.quiet else None)
+    for name in names:
+        manifest = fetch_task(name, args.cache, args.data_url or DATA_URL, args.reference_url or REFERENCE_URL,
+                              progress=progress, keep_downloads=args.keep_downloads)
+        shapes = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in manifest["arrays"].items())
+        print(f"{name}: fetched into {resolve_cache(args.cache) / 'tasks' / name} ({shapes}; reference "
+              f"{manifest['reference']['key']} {tuple(manifest['reference']['shape'])})")
+        print(describe_fetch(manifest))
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from bench.export import export_submission
+
+    sources = export_submission(args.runs, args.out, args.cache, args.force)
+    for name, folder in sources.items():
+        print(f"{name} <- {folder}")
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -187,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         build_parser().print_help()
         return 2
-    handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "reference": _cmd_reference}
+    handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
+               "export-submission": _cmd_export, "reference": _cmd_reference}
     try:
         return handler[args.command](args)
     except BenchError as error:

@@ -52,11 +52,12 @@ class RunSpec:
     out: Path = Path("runs")
     overrides: tuple[tuple[str, str], ...] = ()
     force: bool = False
+    cache: Path | None = None
 
 
 def run(spec: RunSpec) -> dict:
     """Runs one (task, method, budget, seed); returns the result record it wrote."""
-    task = get_task(spec.task)
+    task = get_task(spec.task, spec.cache)
     method = get_method(spec.method)
     config = resolve_config(method, task.name, dict(spec.overrides))
     reference = load_reference(task)

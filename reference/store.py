@@ -115,7 +115,13 @@ def reference_status(task: Task, folder: Path | None = None, registry_path: Path
 
 def load_reference(task: Task, folder: Path | None = None, registry_path: Path | None = None) -> Reference:
     """Loads and verifies a task's reference (from the package unless ``folder`` and ``registry_path``
-    are given); raises :class:`ReferenceMismatch` with one clear line."""
+    are given); raises :class:`ReferenceMismatch` with one clear line. A competition task's reference
+    is the official one fetched with its data (:mod:`reference.official`)."""
+    if task.data_folder is not None:
+        from reference.official import load_official_reference
+
+        manifest = json.loads((task.data_folder / "manifest.json").read_text())
+        return load_official_reference(task, manifest, task.data_folder.parents[1])
     folder = folder or PACKAGE_DATA
     entry = read_registry(registry_path).get(task.name)
     regenerate = f"run `python -m bench reference generate --task {task.name} --install`"

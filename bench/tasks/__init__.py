@@ -1,7 +1,13 @@
-"""Task registry. Tasks are built on demand: listing names costs nothing, building one loads its data."""
+"""Task registry. Tasks are built on demand: listing names costs nothing, building one loads its data.
+
+Embedded tasks are built from data shipped with the package or scikit-learn. Competition tasks are
+read from the cache folder that ``python -m bench fetch`` fills; building one that is not fetched
+raises an error naming the fetch command.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from bench.errors import ConfigError
@@ -15,19 +21,34 @@ EMBEDDED: dict[str, Callable[[], Task]] = {
 }
 """The embedded suite, in the order runs go through it. ``python -m bench`` with no ``--task`` runs all of these."""
 
-_CACHE: dict[str, Task] = {}
+COMPETITION = ("cifar10", "cifar10c", "imdb", "dermamnist", "uci-gap")
+"""The NeurIPS 2021 competition tasks (:mod:`bench.tasks.competition`), which need ``fetch`` first."""
+
+_CACHE: dict[tuple[str, str], Task] = {}
 
 
 def task_names() -> list[str]:
+    """The embedded tasks (the default set of a run)."""
     return list(EMBEDDED)
 
 
-def get_task(name: str) -> Task:
-    if name not in EMBEDDED:
-        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(EMBEDDED)}")
-    if name not in _CACHE:
-        _CACHE[name] = EMBEDDED[name]()
-    return _CACHE[name]
+def all_task_names() -> list[str]:
+    return [*EMBEDDED, *COMPETITION]
 
 
-__all__ = ["PREDICTIVE_SAMPLES", "Task", "TestBlock", "get_task", "task_names", "EMBEDDED"]
+def get_task(name: str, cache: Path | str | None = None) -> Task:
+    """The task ``name``; competition tasks come from ``cache`` (default: the user cache folder)."""
+    if name not in EMBEDDED and name not in COMPETITION:
+        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(all_task_names())}")
+    if name in EMBEDDED:
+        key = (name, "")
+        if key not in _CACHE:
+            _CACHE[key] = EMBEDDED[name]()
+        return _CACHE[key]
+    from bench.tasks.competition import load_task
+
+    return load_task(name, cache)
+
+
+__all__ = ["COMPETITION", "EMBEDDED", "PREDICTIVE_SAMPLES", "Task", "TestBlock", "all_task_names", "get_task",
+           "task_names"]

@@ -1,0 +1,87 @@
+"""``python -m bench export-submission``: finished runs on competition tasks -> the competition's zip.
+
+Each run folder's ``predictions.npz`` becomes the task's official file (``SUBMISSION_FILES``):
+``numpy.savetxt`` text, probabilities ``(N_test, C)`` or, for UCI-Gap, 1000 samples per test point
+``(256, 1000)`` (points x samples, the layout the organisers' scorer read). The files sit at the
+root of the zip, which is written atomically and never replaces an existing file without ``force``.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from bench import metrics, records
+from bench.errors import BenchError
+from bench.tasks import PREDICTIVE_SAMPLES
+from bench.tasks.competition import OFFICIAL_TEST_ROWS, SPECS, SUBMISSION_FILES, read_manifest
+from reference.official import official_checksums
+from reference.store import atomic_write_bytes
+
+
+def _run_predictions(folder: Path) -> tuple[dict, np.ndarray]:
+    if not (folder / records.RESULT).exists():
+        raise BenchError(f"{folder} holds no finished run ({records.RESULT} is missing)")
+    result = records.read_result(folder)
+    task = result.get("task")
+    if task not in SUBMISSION_FILES:
+        raise BenchError(f"{folder}: task {task!r} is not a competition task; submissions hold only "
+                         f"{', '.join(SUBMISSION_FILES)}")
+    with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
+        key = result["reference"]["key"]
+        if key not in npz.files:
+            raise BenchError(f"{folder / records.PREDICTIONS} has no array {key!r}")
+        return result, npz[key]
+
+
+def _expected_rows(task: str, result: dict, cache) -> int:
+    """The fetched task's test size, after checking the run used exactly those data and that reference;
+    the official size when the task is not fetched here."""
+    manifest = read_manifest(task, cache)
+    official = official_checksums().get(SPECS[task].reference.official_url)
+    if official is not None and result["reference"]["sha256"] != official:
+        raise BenchError(f"the {task} run was scored against a reference that is not the official one "
+                         f"(sha256 {result['reference']['sha256'][:16]}...)")
+    if manifest is None:
+        return OFFICIAL_TEST_ROWS[task]
+    if result["reference"]["sha256"] != manifest["reference"]["sha256"]:
+        raise BenchError(f"the {task} run used a different reference from the one fetched in the cache")
+    return manifest["reference"]["shape"][0]
+
+
+def export_submission(run_folders: list[Path], out: Path, cache=None, force: bool = False) -> dict[str, str]:
+    """Writes the zip; returns {file name in the zip: run folder}."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise BenchError(f"{out} exists; pass --force to replace it")
+    files: dict[str, bytes] = {}
+    sources: dict[str, str] = {}
+    for folder in map(Path, run_folders):
+        result, predictions = _run_predictions(folder)
+        task = result["task"]
+        name = SUBMISSION_FILES[task]
+        if name in files:
+            raise BenchError(f"two runs for task {task}: {sources[name]} and {folder}; a submission holds one per task")
+        rows = _expected_rows(task, result, cache)
+        # Validated for the error messages; written exactly as the run stored them.
+        if SPECS[task].reference_key == "probs":
+            metrics.validate_probabilities(predictions, f"{folder.name} predictions")
+            columns = SPECS[task].n_classes
+        else:
+            metrics.validate_samples(predictions, f"{folder.name} predictions")
+            columns = PREDICTIVE_SAMPLES
+        if predictions.shape != (rows, columns):
+            raise BenchError(f"{folder}: predictions of shape {predictions.shape}, a {task} submission needs "
+                             f"({rows}, {columns})")
+        text = io.BytesIO()
+        np.savetxt(text, predictions)
+        files[name], sources[name] = text.getvalue(), str(folder)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    atomic_write_bytes(out, buffer.getvalue())
+    return sources

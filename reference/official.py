@@ -1,0 +1,83 @@
+"""The organisers' HMC references for the competition tasks: parsing, checksums and loading.
+
+These references were computed on hundreds of TPUs (Izmailov et al. 2021) and cannot be regenerated
+here; they are trusted through their sha256. ``official_checksums.json`` holds the official value of
+every file whose value is known; a reference without one is trusted on first use (its sha256 is
+recorded in the cache's ``checksums.json`` at the first fetch, and every later fetch must match).
+The organisers published no noise floor (the agreement between independent HMC runs), so
+``noise_floor`` is None for these references.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench.download import TrustStore, sha256_file
+from bench.errors import ReferenceMismatch
+from bench.formats import FormatError, read_text_matrix
+from bench.tasks import PREDICTIVE_SAMPLES, Task
+from reference.store import Reference
+
+OFFICIAL_CHECKSUMS_FILE = Path(__file__).parent / "official_checksums.json"
+
+PROBABILITY_SUM_TOLERANCE = 1e-5
+"""Rows of an official probability file sum to 1 within about 2e-7 (18 significant digits, float32 softmax)."""
+
+
+def official_checksums() -> dict[str, str]:
+    """Official URL -> sha256, for the files whose official value is known."""
+    return json.loads(OFFICIAL_CHECKSUMS_FILE.read_text())
+
+
+def parse_reference(path: Path, key: str, transposed: bool = False, n_classes: int | None = None) -> np.ndarray:
+    """Reads an official reference text file into ``probs`` ``(N_test, C)`` or ``samples`` ``(N_test, 1000)``.
+
+    ``transposed``: the file stores samples x points (``uci_samples.csv``). Raises FormatError
+    unless the values are finite, probability rows are non-negative and sum to 1, and there are
+    1000 samples per point.
+    """
+    array = read_text_matrix(path)
+    if transposed:
+        array = np.ascontiguousarray(array.T)
+    if not np.isfinite(array).all():
+        raise FormatError(f"{path.name}: holds non-finite values")
+    if key == "probs":
+        if n_classes is not None and array.shape[1] != n_classes:
+            raise FormatError(f"{path.name}: {array.shape[1]} columns, expected {n_classes} class probabilities")
+        worst = np.abs(array.sum(1) - 1).max()
+        if array.min() < 0 or worst > PROBABILITY_SUM_TOLERANCE:
+            raise FormatError(f"{path.name}: rows are not probabilities (worst row sum off by {worst:.2e})")
+    elif array.shape[1] != PREDICTIVE_SAMPLES:
+        raise FormatError(f"{path.name}: {array.shape[1]} samples per test point, expected {PREDICTIVE_SAMPLES}")
+    return array
+
+
+def load_official_reference(task: Task, manifest: dict, cache: Path) -> Reference:
+    """The reference fetched with ``task`` (``manifest`` is the task's fetch manifest), verified.
+
+    Checks that the downloaded file's sha256 is the official one (or the one first recorded), that
+    the converted array is the one the fetch wrote, and that its shape fits the task.
+    """
+    entry = manifest["reference"]
+    refetch = f"run `python -m bench fetch --task {task.name}` again"
+    expected = official_checksums().get(entry["url"]) or TrustStore(cache).read().get(entry["url"], {}).get("sha256")
+    if expected != entry["sha256"]:
+        raise ReferenceMismatch(
+            f"reference mismatch: the fetched {task.name} reference has sha256 {entry['sha256'][:16]}..., "
+            f"expected {str(expected)[:16]}...; {refetch}")
+    path = task.data_folder / entry["array"]
+    if not path.exists() or sha256_file(path) != entry["array_sha256"]:
+        raise ReferenceMismatch(f"reference corrupted: {path} is missing or was changed after the fetch; {refetch}")
+    array = np.load(path)
+    expected_columns = task.n_classes if entry["key"] == "probs" else PREDICTIVE_SAMPLES
+    if array.shape != (task.n_test, expected_columns):
+        raise ReferenceMismatch(
+            f"reference mismatch: {task.name} reference has shape {array.shape}, the task needs "
+            f"({task.n_test}, {expected_columns}); {refetch}")
+    metadata = {"official": True, "url": entry["url"], "trust": entry["trust"], "noise_floor": None,
+                "task_fingerprint": task.fingerprint(),
+                "note": "HMC reference published by the competition organisers (Izmailov et al. 2021)"}
+    return Reference(task.name, entry["key"], array, metadata, entry["sha256"])

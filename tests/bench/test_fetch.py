@@ -1,0 +1,152 @@
+"""``fetch`` of the competition tasks from a local server holding tiny files in the official formats."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bench import download as dl
+from bench.cli import main
+from bench.download import FetchError
+from bench.fetch import fetch_task
+from bench.formats import FormatError
+from bench.tasks import COMPETITION, get_task
+from bench.tasks.competition import CIFAR10C_BLOCKS, SPECS, task_folder
+from reference.store import load_reference
+
+SIZES = {"cifar10": (6, 5), "imdb": (6, 4), "cifar10c": (6, 10), "dermamnist": (6, 4), "uci-gap": (24, 120)}
+
+
+@pytest.fixture
+def mirror(file_server, official_files, fixture_checksums, monkeypatch):
+    """The local server holding every fixture file; returns a fetch function for one task."""
+    monkeypatch.setattr(dl, "RETRY_PAUSE_SECONDS", 0.0)
+    file_server.files.update(official_files)
+
+    def fetch(name, cache, **kwargs):
+        return fetch_task(name, cache, file_server.url + "data/", file_server.url + "reference/", **kwargs)
+
+    fetch.server = file_server
+    return fetch
+
+
+@pytest.mark.parametrize("name", COMPETITION)
+def test_fetch_converts_each_task_into_a_loadable_cache(mirror, tmp_path, official_files, name):
+    manifest = mirror(name, tmp_path)
+    n_train, n_test = SIZES[name]
+    task = get_task(name, tmp_path)
+    assert (task.n_train, task.n_test) == (n_train, n_test)
+    assert task.y_test is None if "y_test" not in SPECS[name].arrays else task.y_test.shape == (n_test,)
+    reference = load_reference(task)
+    assert reference.key == SPECS[name].reference_key and reference.noise_floor is None
+    assert reference.array.shape == ((n_test, 1000) if name == "uci-gap" else (n_test, task.n_classes))
+    assert reference.sha256 == manifest["reference"]["sha256"]
+    expected_trust = "first use" if name in ("cifar10c", "uci-gap") else "official"
+    assert manifest["reference"]["trust"] == expected_trust
+    assert not any((tmp_path / "downloads").iterdir()), "originals are removed after conversion"
+    with torch.no_grad():  # the task's model takes the task's inputs
+        outputs = task.model_factory()(task.x_train[:2])
+    assert outputs.shape == (2, 2 if task.kind == "regression" else task.n_classes)
+
+
+def test_images_are_stored_channels_first_and_labels_as_integers(mirror, tmp_path, official_files):
+    mirror("cifar10", tmp_path)
+    task = get_task("cifar10", tmp_path)
+    rows = np.loadtxt(official_files["data/cifar10_train_x.csv"].decode().splitlines())
+    n, h, w, c = 1, 4, 7, 2
+    assert task.x_train.dtype == torch.float32 and task.x_train.shape == (6, 3, 32, 32)
+    assert task.x_train[n, c, h, w].item() == pytest.approx(rows[n, (h * 32 + w) * 3 + c], rel=1e-6)
+    labels = np.loadtxt(official_files["data/cifar10_train_y.csv"].decode().splitlines())
+    assert task.y_train.dtype == torch.int64 and task.y_train.tolist() == labels.astype(int).tolist()
+
+
+def test_imdb_tokens_are_integer_ids(mirror, tmp_path):
+    mirror("imdb", tmp_path)
+    task = get_task("imdb", tmp_path)
+    assert task.x_train.dtype == torch.int64 and task.x_train.shape == (6, 100)
+    assert 0 <= task.x_train.min() and task.x_train.max() < 20000
+
+
+def test_uci_samples_are_transposed_to_points_by_samples(mirror, tmp_path, official_files):
+    mirror("uci-gap", tmp_path)
+    task = get_task("uci-gap", tmp_path)
+    raw = np.loadtxt(official_files["reference/eval-phase/eval_data/uci_samples.csv"].decode().splitlines())
+    assert raw.shape == (1000, 120)
+    np.testing.assert_array_equal(load_reference(task).array, raw.T)
+    assert [(b.name, b.start, b.stop) for b in task.test_blocks] == [("public", 0, 100)]
+
+
+def test_cifar10c_test_set_has_its_five_blocks_and_public_part(mirror, tmp_path):
+    mirror("cifar10c", tmp_path)
+    blocks = get_task("cifar10c", tmp_path).test_blocks
+    assert [b.name for b in blocks] == [*CIFAR10C_BLOCKS, "public"]
+    assert [(b.start, b.stop) for b in blocks] == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (0, 2)]
+
+
+def test_malformed_file_leaves_no_task_folder(mirror, tmp_path):
+    mirror.server.files["data/cifar10_test_x.csv"] = b"1 2 3\n4 5\n"
+    with pytest.raises(FormatError, match="cifar10_test_x.csv"):
+        mirror("cifar10", tmp_path)
+    assert not task_folder("cifar10", tmp_path).exists()
+    assert not [p for p in (tmp_path / "tasks").iterdir()], "the staging folder is removed"
+
+
+def test_failed_refetch_keeps_the_previous_complete_cache(mirror, tmp_path):
+    mirror("dermamnist", tmp_path)
+    before = (task_folder("dermamnist", tmp_path) / "manifest.json").read_text()
+    mirror.server.files["reference/eval-phase/eval_data/medmnist_probs.csv"] = b"0.5 0.5\n"
+    with pytest.raises(FetchError, match="sha256 .* does not match the official checksum"):
+        mirror("dermamnist", tmp_path)
+    assert (task_folder("dermamnist", tmp_path) / "manifest.json").read_text() == before
+    assert load_reference(get_task("dermamnist", tmp_path)).array.shape == (4, 7)
+
+
+def test_labels_out_of_range_are_refused(mirror, tmp_path):
+    mirror.server.files["data/imdb_train_y.csv"] = b"0\n1\n2\n0\n1\n0\n"
+    with pytest.raises(FormatError, match=r"imdb_train_y.csv: expected integers in \[0, 2\)"):
+        mirror("imdb", tmp_path)
+
+
+def test_reference_not_matching_the_test_set_is_refused(mirror, tmp_path, official_files):
+    mirror.server.files["reference/eval-phase/eval_data/cifar_probs.csv"] = official_files[
+        "reference/eval-phase/eval_data/medmnist_probs.csv"]
+    with pytest.raises(FormatError, match="7 columns, expected 10"):
+        mirror("cifar10c", tmp_path)
+
+
+def test_reference_changed_after_the_fetch_is_refused(mirror, tmp_path):
+    mirror("cifar10", tmp_path)
+    path = task_folder("cifar10", tmp_path) / "reference.npy"
+    array = np.load(path)
+    array[0] = array[0][::-1]
+    np.save(path, array)
+    with pytest.raises(Exception, match="reference corrupted"):
+        load_reference(get_task("cifar10", tmp_path))
+
+
+def test_run_on_a_task_that_is_not_fetched_names_the_fetch_command(tmp_path, capsys):
+    code = main(["--method", "sgd", "--budget", "1", "--task", "cifar10", "--cache", str(tmp_path),
+                 "--out", str(tmp_path / "runs"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"python -m bench fetch --task cifar10 --cache {tmp_path}" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_fetch_command_reports_how_each_checksum_was_trusted(mirror, tmp_path, capsys):
+    url = mirror.server.url
+    code = main(["fetch", "--task", "uci-gap", "--cache", str(tmp_path), "--data-url", url + "data/",
+                 "--reference-url", url + "reference/", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "uci_samples.csv: sha256" in out and "trust on first use" in out
+    manifest = json.loads((task_folder("uci-gap", tmp_path) / "manifest.json").read_text())
+    assert manifest["arrays"]["x_train"]["shape"] == [24, 8]
+
+
+def test_cache_folder_from_the_environment(mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv("BDL_BENCH_CACHE", str(tmp_path / "env-cache"))
+    mirror("uci-gap", None)
+    assert (tmp_path / "env-cache" / "tasks" / "uci-gap" / "manifest.json").exists()
+    assert get_task("uci-gap").n_train == 24

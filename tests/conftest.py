@@ -1,0 +1,155 @@
+"""A local HTTP file server for the download tests, and tiny files in the competition's exact formats.
+
+The server listens on 127.0.0.1 on an ephemeral port for one test. It honours ``Range`` requests
+(206 with ``Content-Range``) like the organisers' bucket and GitHub's raw host, and can be told to
+misbehave per path: ``faults[path]`` is a list of actions consumed one per request (``"500"``,
+``"404"``, ``("cut", n)``: announce the full length but close after ``n`` bytes, ``"no-range"``:
+ignore the range and send the whole file with 200).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_REFERENCES = Path(__file__).resolve().parents[2] / "shared" / "references" / "starter-kit"
+
+
+class FileServer:
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.faults: dict[str, list] = {}
+        self.requests: list[tuple[str, str | None]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args):  # keep test output clean
+                pass
+
+            def do_GET(self):
+                path = self.path.lstrip("/")
+                requested = self.headers.get("Range")
+                server.requests.append((path, requested))
+                fault = server.faults.get(path, [None]).pop(0) if server.faults.get(path) else None
+                if fault in ("500", "404") or path not in server.files:
+                    self.send_error(int(fault or 404))
+                    return
+                data = server.files[path]
+                start = int(requested.split("=")[1].split("-")[0]) if requested and fault != "no-range" else 0
+                if start >= len(data) and start:
+                    self.send_error(416)
+                    return
+                body = data[start:]
+                self.send_response(206 if start else 200)
+                if start:
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if isinstance(fault, tuple) and fault[0] == "cut":
+                    self.wfile.write(body[:fault[1]])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def ranges(self, path: str) -> list[str | None]:
+        return [r for p, r in self.requests if p == path]
+
+
+@pytest.fixture
+def file_server():
+    server = FileServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+def savetxt_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savetxt(buffer, array)
+    return buffer.getvalue()
+
+
+def npz_bytes(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _probs(rng, rows, classes):
+    return rng.dirichlet(np.ones(classes), size=rows)
+
+
+FIXTURE_SIZES = {"cifar10": (6, 5), "imdb": (6, 4), "cifar10c": (6, 10), "dermamnist": (6, 4), "uci-gap": (24, 120)}
+"""(train, test) rows of each task's fixture: tiny, but cifar10c splits into its 5 blocks and UCI-Gap's
+test set is larger than its 100-row public part."""
+
+
+def official_fixture_files(seed: int = 0) -> dict[str, bytes]:
+    """Every file of the five tasks, at tiny sizes, in the organisers' formats, keyed ``data/<path>`` or
+    ``reference/<path>`` (the two base URLs a fetch is pointed at)."""
+    rng = np.random.default_rng(seed)
+    files = {}
+
+    def text_task(prefix, n_train, n_test, x_of, n_classes, reference_path):
+        for split, n in (("train", n_train), ("test", n_test)):
+            files[f"data/{prefix}_{split}_x.csv"] = savetxt_bytes(x_of(n))
+            files[f"data/{prefix}_{split}_y.csv"] = savetxt_bytes(rng.integers(0, n_classes, n).astype(float))
+        files[f"reference/{reference_path}"] = savetxt_bytes(_probs(rng, n_test, n_classes))
+
+    n_train, n_test = FIXTURE_SIZES["cifar10"]
+    text_task("cifar10", n_train, n_test, lambda n: rng.normal(0, 1, (n, 3072)), 10, "data/cifar10/probs.csv")
+    n_train, n_test = FIXTURE_SIZES["imdb"]
+    text_task("imdb", n_train, n_test, lambda n: rng.integers(0, 20000, (n, 100)).astype(float), 2,
+              "data/imdb/probs.csv")
+
+    def npz_task(name, x_of, y_of, reference_path, reference):
+        n_train, n_test = FIXTURE_SIZES[{"cifar_anon": "cifar10c", "dermamnist_anon": "dermamnist",
+                                         "energy_anon": "uci-gap"}[name]]
+        files[f"data/evaluation_phase/{name}.npz"] = npz_bytes(
+            x_train=x_of(n_train), y_train=y_of(n_train), x_test=x_of(n_test), y_test=np.zeros(n_test))
+        files[f"reference/eval-phase/eval_data/{reference_path}"] = savetxt_bytes(reference(n_test))
+
+    npz_task("cifar_anon", lambda n: rng.normal(0, 1, (n, 32, 32, 3)).astype(np.float32),
+             lambda n: rng.integers(0, 10, n), "cifar_probs.csv", lambda n: _probs(rng, n, 10))
+    npz_task("dermamnist_anon", lambda n: rng.integers(0, 256, (n, 28, 28, 3)).astype(np.float32),
+             lambda n: rng.integers(0, 7, n), "medmnist_probs.csv", lambda n: _probs(rng, n, 7))
+    npz_task("energy_anon", lambda n: rng.normal(0, 1, (n, 8)), lambda n: rng.normal(0, 1, (n, 1)),
+             "uci_samples.csv", lambda n: rng.normal(0, 1, (1000, n)))
+    return files
+
+
+@pytest.fixture(scope="session")
+def official_files() -> dict[str, bytes]:
+    return official_fixture_files()
+
+
+@pytest.fixture
+def fixture_checksums(tmp_path, monkeypatch, official_files):
+    """Points the official checksum table at the fixture files' sha256 (as if they were the official
+    files), so fetches of fixtures go through the official-checksum path; returns the table."""
+    import hashlib
+    import json
+
+    from reference import official
+    from bench.tasks.competition import DATA_URL, REFERENCE_URL
+
+    table = {}
+    for key, data in official_files.items():
+        base, path = key.split("/", 1)
+        if path.endswith("probs.csv") and "cifar_probs" not in path:  # the files with an official checksum
+            table[(DATA_URL if base == "data" else REFERENCE_URL) + path] = hashlib.sha256(data).hexdigest()
+    path = tmp_path / "official_checksums.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(official, "OFFICIAL_CHECKSUMS_FILE", path)
+    return table
