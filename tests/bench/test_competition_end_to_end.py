@@ -6,7 +6,6 @@ import re
 import zipfile
 
 import numpy as np
-import pytest
 
 from bench import download as dl
 from bench.cli import main
