@@ -28,6 +28,10 @@ from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import Likelihood
 
 
+VALIDATION_CHUNK = 1024
+"""Validation rows evaluated at once by all members (bounds memory, not results)."""
+
+
 @dataclass(frozen=True)
 class AdamConfig:
     """Adam with a cosine decay from ``lr`` to ``min_lr``: the settings of one training call, and the
@@ -126,8 +130,10 @@ def _keep_best(model, params, data, likelihood, split, best, best_loss):
     """Evaluates every member on the validation rows (charged) and keeps each one's best weights."""
     k = next(iter(params.values())).shape[0]
     x, y = data.shared_batch(split.validation, copies=k)
-    with torch.no_grad():
-        loss = -likelihood.log_prob(model(params, x, shared_input=True), y).mean(-1)
+    with torch.no_grad():  # in chunks of rows: a CIFAR-10 validation set through K ResNets at once is gigabytes
+        loss = -torch.cat([likelihood.log_prob(model(params, x[i:i + VALIDATION_CHUNK], shared_input=True),
+                                               y[i:i + VALIDATION_CHUNK])
+                           for i in range(0, len(y), VALIDATION_CHUNK)], dim=-1).mean(-1)
         if best is None:
             return {n: p.detach().clone() for n, p in params.items()}, loss
         improved = loss < best_loss

@@ -34,18 +34,20 @@ MEASURED = {
 }
 
 
-def plain_sgd_epoch(task, batch_size: int) -> float:
-    model = seeded_module(task.model_factory, 0)
+def plain_sgd_epoch(task, batch_size: int, device: torch.device = torch.device("cpu")) -> float:
+    model = seeded_module(task.model_factory, 0).to(device)
     optimiser = torch.optim.SGD(model.parameters(), lr=1e-3)
     n = task.n_train
     started = time.perf_counter()
-    order = torch.randperm(n)
+    order = torch.randperm(n, device=device)
     for start in range(0, n, batch_size):
         idx = order[start:start + batch_size]
         loss = -task.likelihood.log_prob(model(task.x_train[idx]), task.y_train[idx]).mean()
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - started
 
 
