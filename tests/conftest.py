@@ -12,12 +12,10 @@ from __future__ import annotations
 import io
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SHARED_REFERENCES = Path(__file__).resolve().parents[2] / "shared" / "references" / "starter-kit"
 
 
 class FileServer:
