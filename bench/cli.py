@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--data-url", default=None, help="mirror of the organisers' data bucket (default: the official one)")
     fetch.add_argument("--reference-url", default=None,
                        help="mirror of the starter-kit repository's raw files (default: the official one)")
+    fetch.add_argument("--force", action="store_true",
+                       help="download and convert again even if the cached task is complete and unchanged")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")
 
     export = sub.add_parser("export-submission", help="write finished competition runs as the competition's zip")
@@ -182,7 +184,7 @@ def _cmd_fetch(args) -> int:
     from tqdm.auto import tqdm
 
     from bench.download import resolve_cache
-    from bench.fetch import describe_fetch, fetch_task
+    from bench.fetch import cached_manifest, describe_fetch, fetch_task
     from bench.tasks import COMPETITION
     from bench.tasks.competition import DATA_URL, REFERENCE_URL
 
@@ -195,8 +197,13 @@ def _cmd_fetch(args) -> int:
     progress = partial(tqdm, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                        disable=True if args.quiet else None)
     for name in names:
-        manifest = fetch_task(name, args.cache, args.data_url or DATA_URL, args.reference_url or REFERENCE_URL,
-                              progress=progress, keep_downloads=args.keep_downloads)
+        before = cached_manifest(name, args.cache) if not args.force else None
+        manifest = before or fetch_task(name, args.cache, args.data_url or DATA_URL,
+                                        args.reference_url or REFERENCE_URL, progress=progress,
+                                        keep_downloads=args.keep_downloads, force=True)
+        if before is not None:
+            print(f"{name}: already fetched and unchanged (every array's sha256 checked); --force fetches again")
+            continue
         shapes = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in manifest["arrays"].items())
         print(f"{name}: fetched into {resolve_cache(args.cache) / 'tasks' / name} ({shapes}; reference "
               f"{manifest['reference']['key']} {tuple(manifest['reference']['shape'])})")

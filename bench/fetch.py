@@ -22,7 +22,8 @@ import numpy as np
 import bench
 from bench.download import Downloaded, TrustStore, guard_os, download, resolve_cache, sha256_file
 from bench.formats import FormatError, npz_array, text_to_npy
-from bench.tasks.competition import DATA_URL, MANIFEST, REFERENCE_ARRAY, REFERENCE_URL, SPECS, task_folder
+from bench.tasks.competition import (DATA_URL, MANIFEST, REFERENCE_ARRAY, REFERENCE_URL, SPECS, read_manifest,
+                                     task_folder)
 from reference.official import official_checksums, parse_reference
 from reference.store import atomic_write_bytes, json_bytes
 
@@ -49,14 +50,35 @@ def _check_sizes(name: str, arrays: dict, reference_rows: int) -> None:
         raise FormatError(f"{name}: the reference has {reference_rows} rows, the test set {shapes['x_test'][0]}")
 
 
+def cached_manifest(name: str, cache: Path | str | None = None) -> dict | None:
+    """The task's manifest if its cached arrays are complete and unchanged (every sha256 recomputed), else None."""
+    folder = task_folder(name, cache)
+    manifest = read_manifest(name, cache)
+    if manifest is None or manifest.get("version") != SPECS[name].version:
+        return None
+    expected = {f"{array}.npy": entry["sha256"] for array, entry in manifest["arrays"].items()}
+    expected[manifest["reference"]["array"]] = manifest["reference"]["array_sha256"]
+    for file, sha256 in expected.items():
+        if not (folder / file).exists() or sha256_file(folder / file) != sha256:
+            return None
+    return manifest
+
+
 def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_URL,
-               reference_url: str = REFERENCE_URL, progress=None, keep_downloads: bool = False) -> dict:
+               reference_url: str = REFERENCE_URL, progress=None, keep_downloads: bool = False,
+               force: bool = False) -> dict:
     """Downloads, verifies and converts competition task ``name`` into the cache; returns its manifest.
 
-    ``data_url`` and ``reference_url`` replace the official locations (a mirror); checksums are
-    always those of the official files. Raises :class:`FetchError` (or FormatError) with one line.
+    A task already in the cache whose arrays all still match their checksums is not downloaded
+    again (unless ``force``). ``data_url`` and ``reference_url`` replace the official locations (a
+    mirror); checksums are always those of the official files. Raises :class:`FetchError` (or
+    FormatError) with one line.
     """
     spec = SPECS[name]
+    if not force:
+        existing = cached_manifest(name, cache)
+        if existing is not None:
+            return existing
     cache = resolve_cache(cache)
     trust = TrustStore(cache)
     checksums = official_checksums()

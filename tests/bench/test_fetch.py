@@ -97,7 +97,7 @@ def test_failed_refetch_keeps_the_previous_complete_cache(mirror, tmp_path):
     before = (task_folder("dermamnist", tmp_path) / "manifest.json").read_text()
     mirror.server.files["reference/eval-phase/eval_data/medmnist_probs.csv"] = b"0.5 0.5\n"
     with pytest.raises(FetchError, match="sha256 .* does not match the official checksum"):
-        mirror("dermamnist", tmp_path)
+        mirror("dermamnist", tmp_path, force=True)
     assert (task_folder("dermamnist", tmp_path) / "manifest.json").read_text() == before
     assert load_reference(get_task("dermamnist", tmp_path)).array.shape == (4, 7)
 
@@ -150,3 +150,17 @@ def test_cache_folder_from_the_environment(mirror, tmp_path, monkeypatch):
     mirror("uci-gap", None)
     assert (tmp_path / "env-cache" / "tasks" / "uci-gap" / "manifest.json").exists()
     assert get_task("uci-gap").n_train == 24
+
+
+def test_fetch_of_a_complete_cache_downloads_nothing_and_a_damaged_one_is_fetched_again(mirror, tmp_path):
+    mirror("uci-gap", tmp_path)
+    requests = len(mirror.server.requests)
+    assert mirror("uci-gap", tmp_path)["task"] == "uci-gap"
+    assert len(mirror.server.requests) == requests, "an unchanged cache is not downloaded again"
+    path = task_folder("uci-gap", tmp_path) / "x_test.npy"
+    path.write_bytes(path.read_bytes()[:-8] + b"\0" * 8)
+    mirror("uci-gap", tmp_path)
+    assert len(mirror.server.requests) == requests + 2, "a changed array makes the task's files download again"
+    assert np.isfinite(get_task("uci-gap", tmp_path).x_test.numpy()).all()
+    mirror("uci-gap", tmp_path, force=True)
+    assert len(mirror.server.requests) == requests + 4
