@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
-    check.add_argument("--tolerance", type=_positive_float, default=None,
+    check.add_argument("--tolerance", type=float, default=None,
                        help="regression threshold in seed-to-seed standard deviations (default: the baseline's, 3)")
     check.add_argument("--methods", nargs="+", help="methods to check (default: every method in the baseline; "
                                                      "with --update: every method)")

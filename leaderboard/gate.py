@@ -57,6 +57,14 @@ NOISE_FLOOR_FRACTION = 0.1
 NUMERIC_FLOOR = 1e-6
 
 
+def _checked_tolerance(tolerance: float | None, default: float) -> float:
+    if tolerance is None:
+        return default
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise BenchError(f"--tolerance must be a positive number of standard deviations, got {tolerance:g}")
+    return tolerance
+
+
 def measure(methods: list[str], tasks: list[str], seeds: list[int], budgets: dict[str, float]) -> dict:
     """{method: {task: [per seed {block: {metric: value}}]}}, runs written to a temporary folder."""
     measured: dict = {}
@@ -112,6 +120,7 @@ def _versions() -> dict:
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None, seeds: int | None = None,
            tolerance: float | None = None) -> dict:
     """Measures the configuration and writes the baseline file atomically; returns its contents."""
+    tolerance = _checked_tolerance(tolerance, DEFAULT_TOLERANCE)
     methods = methods or list(METHODS)
     tasks = tasks or list(EMBEDDED)
     n_seeds = DEFAULT_SEEDS if seeds is None else seeds
@@ -128,10 +137,10 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
         "format": BASELINE_FORMAT,
         "command": " ".join(["python -m bench check --update", f"--baseline {path}", f"--methods {' '.join(methods)}",
                              *[f"--task {t}" for t in tasks], f"--seeds {n_seeds}",
-                             f"--tolerance {tolerance or DEFAULT_TOLERANCE:g}"]),
+                             f"--tolerance {tolerance:g}"]),
         "configuration": {"methods": methods, "tasks": tasks, "seeds": list(range(n_seeds)), "budgets": budgets,
                           "device": "cpu", "method_settings": "each method's defaults for the task"},
-        "tolerance": tolerance or DEFAULT_TOLERANCE,
+        "tolerance": tolerance,
         "std_ddof": STD_DDOF,
         "rule": "regression when the mean over seeds is worse than the baseline mean by more than tolerance x spread; "
                 "spread = max(std over seeds, floor)",
@@ -227,7 +236,7 @@ def check(path: Path, methods: list[str] | None = None, tolerance: float | None 
                          f"`python -m bench check --update --baseline {path} --methods ...`")
     for method in methods:
         get_method(method)
-    tolerance = tolerance or baseline["tolerance"]
+    tolerance = _checked_tolerance(tolerance, baseline["tolerance"])
     started = time.perf_counter()
     measured = measure(methods, config["tasks"], config["seeds"], config["budgets"])
     findings = []

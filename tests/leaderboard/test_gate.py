@@ -66,6 +66,8 @@ def test_missing_method_or_baseline_is_a_clear_error(baseline, tmp_path, capsys)
     assert code == 2 and "no baseline for sae" in err
     code, _, err = run_cli(capsys, "check", "--baseline", str(tmp_path / "none.json"))
     assert code == 2 and "check --update" in err and err.count("\n") == 1
+    code, _, err = run_cli(capsys, "check", "--baseline", str(baseline), "--tolerance", "-1")
+    assert code == 2 and "--tolerance must be a positive number" in err
 
 
 @pytest.mark.parametrize("metric, block_size, noise_floor, expected", [
