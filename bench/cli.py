@@ -1,5 +1,5 @@
 """Command line: ``python -m bench [run] --method M --budget B``, ``tasks``, ``methods``, ``fetch``,
-``export-submission``, ``reference generate``."""
+``export-submission``, ``reference generate``, ``submit``, ``leaderboard``, ``check``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference")
+from bench.errors import BenchError
+
+SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -90,6 +92,35 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write into the package's reference/data and update the checksum registry")
     gen.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     gen.add_argument("--quiet", action="store_true")
+
+    db_help = "leaderboard database (default: $BDL_BENCH_DB, else the user's data folder)"
+    submit = sub.add_parser("submit", help="re-score runs (or a competition zip) and add them to the leaderboard")
+    submit.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="a run folder, a folder of run folders, or a competition submission .zip")
+    submit.add_argument("--db", type=Path, help=db_help)
+    submit.add_argument("--name", help="submitter's name (default: the user name)")
+    submit.add_argument("--notes", default="", help="free-text notes stored with every run of this submission")
+    submit.add_argument("--method", help="for a .zip: the method's name")
+    submit.add_argument("--budget", type=_positive_float, help="for a .zip: the declared budget in epochs")
+    submit.add_argument("--seed", type=int, default=0, help="for a .zip: the seed (default 0)")
+    _add_cache(submit)
+
+    board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
+    board.add_argument("--task", help="only this task")
+    board.add_argument("--budget", type=_positive_float, help="only this budget")
+    board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md")
+    board.add_argument("--output", type=Path, help="write to this file instead of standard output")
+    board.add_argument("--db", type=Path, help=db_help)
+
+    check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
+    check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
+    check.add_argument("--tolerance", type=float, default=None,
+                       help="regression threshold in seed-to-seed standard deviations (default: the baseline's, 3)")
+    check.add_argument("--methods", nargs="+", help="methods to check (default: every method in the baseline; "
+                                                     "with --update: every method)")
+    check.add_argument("--update", action="store_true", help="measure the configuration and rewrite the baseline")
+    check.add_argument("--task", action="append", help="with --update: task (repeatable; default: every task)")
+    check.add_argument("--seeds", type=int, default=None, help="with --update: number of seeds (default 5)")
     return parser
 
 
@@ -251,8 +282,6 @@ def _cmd_reference(args) -> int:
     print(f"noise floor: {meta['noise_floor']['all']}")
     folder = store.PACKAGE_DATA if args.install else args.out
     if rhat > R_HAT_LIMIT:
-        from bench.errors import BenchError
-
         raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
                          "run longer chains (reference/settings.py)")
     try:
@@ -268,9 +297,80 @@ def _cmd_reference(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench.errors import BenchError
+def _submitter(name: str | None) -> str:
+    import getpass
 
+    if name is not None:
+        return name
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment
+        return "anonymous"
+
+
+def _cmd_submit(args) -> int:
+    from leaderboard import submission
+    from leaderboard.store import Store, default_db_path
+
+    name = _submitter(args.name)
+    rows = []
+    for path in args.paths:  # everything is validated and scored before the store is touched
+        if path.suffix == ".zip":
+            if args.method is None or args.budget is None:
+                raise BenchError(f"{path}: a competition zip needs --method and --budget (the declared budget)")
+            rows += submission.score_competition_zip(path, args.method, args.budget, args.seed, name, args.notes,
+                                                     cache=args.cache)
+        else:
+            rows += [submission.score_run(folder, name, args.notes, args.cache)
+                     for folder in submission.run_folders([path])]
+    db = args.db or default_db_path()
+    with Store(db) as store:
+        added, present = store.insert(rows)
+    for row in added:
+        print(f"added: {row.describe()}")
+    for row in present:
+        print(f"already on the leaderboard: {row.describe()}")
+    print(f"{len(added)} added, {len(present)} already present, in {db}")
+    return 0
+
+
+def _cmd_leaderboard(args) -> int:
+    from leaderboard.render import render
+    from leaderboard.store import Store, default_db_path
+    from reference.store import atomic_write_bytes
+
+    with Store(args.db or default_db_path(), must_exist=True) as store:
+        rows = store.runs(task=args.task, budget=args.budget)
+    if not rows:
+        chosen = " ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in (("task", args.task), ("budget", args.budget)) if v is not None)
+        raise BenchError(f"no runs on the leaderboard{' for ' + chosen if chosen else ''}")
+    text = render(rows, args.format)
+    if args.output:
+        atomic_write_bytes(args.output, text.encode())
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_check(args) -> int:
+    from leaderboard import gate
+
+    if args.update:
+        baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds,
+                               tolerance=args.tolerance)
+        print(gate.describe_baseline(baseline))
+        print(f"wrote {args.baseline}")
+        return 0
+    if args.task or args.seeds is not None:
+        raise BenchError("--task and --seeds choose what --update measures; a check reruns the baseline's configuration")
+    report = gate.check(args.baseline, methods=args.methods, tolerance=args.tolerance)
+    print(report.text())
+    return 0 if report.passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
@@ -279,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().print_help()
         return 2
     handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
-               "export-submission": _cmd_export, "reference": _cmd_reference}
+               "export-submission": _cmd_export, "reference": _cmd_reference,
+               "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check}
     try:
         return handler[args.command](args)
     except BenchError as error:

@@ -1,0 +1,268 @@
+"""The leaderboard database: one SQLite file, a versioned schema, one row per scored run.
+
+The schema version lives in SQLite's ``PRAGMA user_version``; ``MIGRATIONS[i]`` takes a database
+from version ``i`` to ``i + 1`` and runs inside the same write transaction that bumps the version,
+so a failed migration leaves the file as it was. A database written by a newer release (a version
+beyond ``len(MIGRATIONS)``) is refused rather than guessed at.
+
+Writers use ``BEGIN IMMEDIATE`` (the write lock is taken before anything is read, so two
+submitters never both decide a row is missing) in write-ahead-log mode with a busy timeout, so
+concurrent submitters queue instead of failing or corrupting the file.
+
+This module imports nothing heavier than the standard library: submitters validate and score
+first (``leaderboard.submission``), then hand finished rows over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import BenchError
+
+DB_ENVIRONMENT_VARIABLE = "BDL_BENCH_DB"
+BUSY_TIMEOUT_SECONDS = 60.0
+
+MIGRATIONS: list[str] = [
+    # 0 -> 1: runs and their metrics.
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        task TEXT NOT NULL,
+        task_version INTEGER NOT NULL,
+        task_fingerprint TEXT NOT NULL,
+        task_kind TEXT NOT NULL CHECK (task_kind IN ('classification', 'regression')),
+        method TEXT NOT NULL,
+        budget REAL NOT NULL CHECK (budget > 0),
+        seed INTEGER NOT NULL,
+        reference_sha256 TEXT NOT NULL,
+        config_hash TEXT NOT NULL,
+        config_json TEXT NOT NULL,
+        source TEXT NOT NULL CHECK (source IN ('run', 'competition-zip')),
+        predictions_sha256 TEXT NOT NULL,
+        epochs_used REAL,
+        test_passes REAL,
+        wall_seconds REAL,
+        device TEXT,
+        versions_json TEXT NOT NULL,
+        noise_floor_json TEXT,
+        reliability_json TEXT,
+        submitter TEXT NOT NULL,
+        notes TEXT NOT NULL,
+        finished_at TEXT,
+        submitted_at TEXT NOT NULL,
+        UNIQUE (task, task_version, method, budget, seed, reference_sha256, config_hash)
+    );
+    CREATE TABLE metrics (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        block TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value REAL NOT NULL,
+        PRIMARY KEY (run_id, block, name)
+    );
+    CREATE INDEX runs_by_track ON runs (task, budget);
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+OVERALL_BLOCK = "all"
+"""The block name under which a run's whole-test-set metrics are stored."""
+
+
+def default_db_path() -> Path:
+    """``$BDL_BENCH_DB``, else ``$XDG_DATA_HOME/bdl-bench/leaderboard.sqlite`` (``~/.local/share`` by default)."""
+    if os.environ.get(DB_ENVIRONMENT_VARIABLE):
+        return Path(os.environ[DB_ENVIRONMENT_VARIABLE])
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "bdl-bench" / "leaderboard.sqlite"
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One scored run, ready to insert. ``metrics`` maps block (``"all"`` or a test block) to {metric: value}."""
+
+    task: str
+    task_version: int
+    task_fingerprint: str
+    task_kind: str
+    method: str
+    budget: float
+    seed: int
+    reference_sha256: str
+    config_hash: str
+    config: dict
+    source: str
+    predictions_sha256: str
+    epochs_used: float | None
+    test_passes: float | None
+    wall_seconds: float | None
+    device: str | None
+    versions: dict
+    noise_floor: dict | None
+    reliability: dict | None
+    submitter: str
+    notes: str
+    finished_at: str | None
+    submitted_at: str
+    metrics: dict[str, dict[str, float]]
+
+    @property
+    def key(self) -> tuple:
+        return (self.task, self.task_version, self.method, self.budget, self.seed,
+                self.reference_sha256, self.config_hash)
+
+    def describe(self) -> str:
+        return f"{self.task} / {self.method} / budget {self.budget:g} / seed {self.seed}"
+
+
+class StoreError(BenchError):
+    """The database cannot be opened, is from a newer release, or holds a conflicting row."""
+
+
+class Store:
+    """A connection to the leaderboard database (created and migrated on open unless ``must_exist``)."""
+
+    def __init__(self, path: Path, must_exist: bool = False):
+        self.path = Path(path)
+        if must_exist and not self.path.exists():
+            raise StoreError(f"no leaderboard database at {self.path}; submit runs first (`python -m bench submit`)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: transactions are opened explicitly, so BEGIN IMMEDIATE is honoured.
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"cannot open leaderboard database {self.path}: {error}") from None
+        except OSError as error:
+            raise StoreError(f"cannot create leaderboard database {self.path}: {error.strerror or error}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @property
+    def schema_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema version {version}, newer than this release's "
+                                 f"{SCHEMA_VERSION}; upgrade bdl-bench to read it")
+            for target, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                # executescript would commit the open transaction, so statements run one by one (migration
+                # scripts therefore hold no ';' inside literals).
+                for statement in filter(str.strip, script.split(";")):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {target}")
+
+    def insert(self, rows: list[RunRow]) -> tuple[list[RunRow], list[RunRow]]:
+        """Inserts every row in one transaction: all or nothing. Returns (added, already present).
+
+        A row whose key is already stored with the same predictions is "already present" (re-submitting
+        is idempotent); one stored with different predictions is a conflict and nothing is inserted.
+        """
+        added, present = [], []
+        with self._write() as db:
+            for row in rows:
+                stored = db.execute(
+                    "SELECT predictions_sha256 FROM runs WHERE task = ? AND task_version = ? AND method = ? "
+                    "AND budget = ? AND seed = ? AND reference_sha256 = ? AND config_hash = ?", row.key).fetchone()
+                if stored is not None:
+                    if stored[0] != row.predictions_sha256:
+                        raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is already on the "
+                                         "leaderboard with different predictions; refusing to replace it")
+                    present.append(row)
+                    continue
+                run_id = db.execute(
+                    "INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
+                    "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
+                    "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
+                    "submitter, notes, finished_at, submitted_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
+                     row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
+                     row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
+                     _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
+                     row.notes, row.finished_at, row.submitted_at)).lastrowid
+                db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
+                               [(run_id, block, name, value) for block, values in row.metrics.items()
+                                for name, value in values.items()])
+                added.append(row)
+        return added, present
+
+    def runs(self, task: str | None = None, budget: float | None = None) -> list[RunRow]:
+        """Stored runs (optionally of one task and/or budget), ordered by task, budget, method, seed."""
+        where, params = [], []
+        if task is not None:
+            where.append("task = ?")
+            params.append(task)
+        if budget is not None:
+            where.append("budget = ?")
+            params.append(budget)
+        condition = " WHERE " + " AND ".join(where) if where else ""
+        self._db.row_factory = sqlite3.Row
+        try:
+            # One read transaction, so the runs and their metrics come from the same snapshot.
+            self._db.execute("BEGIN")
+            records = self._db.execute(f"SELECT * FROM runs{condition} ORDER BY task, task_version, budget, "
+                                       "method, config_hash, seed", params).fetchall()
+            metrics: dict[int, dict[str, dict[str, float]]] = {}
+            for run_id, block, name, value in self._db.execute(
+                    f"SELECT run_id, block, name, value FROM metrics WHERE run_id IN (SELECT id FROM runs{condition})",
+                    params):
+                metrics.setdefault(run_id, {}).setdefault(block, {})[name] = value
+        finally:
+            if self._db.in_transaction:
+                self._db.execute("COMMIT")
+            self._db.row_factory = None
+        return [_row_of(record, metrics.get(record["id"], {})) for record in records]
+
+    def count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+    def integrity_ok(self) -> bool:
+        return self._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow:
+    def loaded(column: str):
+        return None if record[column] is None else json.loads(record[column])
+
+    return RunRow(
+        task=record["task"], task_version=record["task_version"], task_fingerprint=record["task_fingerprint"],
+        task_kind=record["task_kind"], method=record["method"], budget=record["budget"], seed=record["seed"],
+        reference_sha256=record["reference_sha256"], config_hash=record["config_hash"],
+        config=loaded("config_json"), source=record["source"], predictions_sha256=record["predictions_sha256"],
+        epochs_used=record["epochs_used"], test_passes=record["test_passes"],
+        wall_seconds=record["wall_seconds"], device=record["device"], versions=loaded("versions_json"),
+        noise_floor=loaded("noise_floor_json"), reliability=loaded("reliability_json"),
+        submitter=record["submitter"], notes=record["notes"], finished_at=record["finished_at"],
+        submitted_at=record["submitted_at"], metrics=metrics)

@@ -1,0 +1,354 @@
+"""Turning a submission into leaderboard rows without trusting any number the submitter wrote.
+
+Two kinds of submission:
+
+- a run folder written by ``python -m bench`` (``predictions.npz`` + ``result.json``). The task,
+  its version and fingerprint, the reference's sha256 and the budget claim are checked; the
+  predictions are read with size limits, validated against the task (shape, finite values,
+  probability rows, sample count) and **every metric is recomputed**; a ``result.json`` whose
+  metrics differ from the recomputed ones by more than ``METRIC_TOLERANCE`` is refused, naming the
+  metric and the difference. The stored numbers are always the recomputed ones.
+- a competition submission zip: the official files (``OFFICIAL_FILES``), numpy ``savetxt`` text with
+  one row per test point, scored at a budget the submitter declares (the epochs used are unknown).
+  Members are read in memory, never extracted; names that are not plain official file names (paths,
+  ``..``) are refused, and every member's size is bounded before and while it is read.
+
+Every failure raises a :class:`bench.errors.BenchError` with one line; nothing here touches the store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import math
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from bench import metrics, records
+from bench.errors import BenchError, ConfigError
+from bench.runner import score
+from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
+from bench.tasks.competition import SUBMISSION_FILES
+from leaderboard import reliability
+from leaderboard.store import OVERALL_BLOCK, RunRow
+from reference.store import Reference, load_reference
+
+OFFICIAL_FILES: dict[str, str] = {file: task for task, file in SUBMISSION_FILES.items()}
+"""Official competition file name -> task name."""
+
+METRIC_TOLERANCE = 1e-9
+"""Claimed and recomputed metrics may differ by this much, absolute plus relative: both come from the
+same float64 predictions and code, so only summation-order round-off (~1e-16) separates them."""
+
+MAX_RESULT_BYTES = 1 << 20
+NPY_HEADER_SLACK = 1 << 16
+"""Room for the ``.npy`` header and zip bookkeeping above the raw float64 bytes of the predictions."""
+TEXT_BYTES_PER_NUMBER = 32
+"""``savetxt``'s default ``%.18e`` is 24 characters plus a delimiter; 32 leaves room for signs and spaces."""
+MAX_ZIP_BYTES = 1 << 30
+MAX_NAME_CHARS = 200
+MAX_NOTES_CHARS = 10_000
+
+_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),
+    "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float), "seed": (int,),
+    "metrics": (dict,), "metrics_by_block": (dict,), "wall_seconds": (int, float), "device": (str,),
+    "config": (dict,), "versions": (dict,), "reference": (dict,),
+}
+
+
+class SubmissionError(BenchError):
+    """A submission that cannot be accepted; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a task's predictions must be: array ``key`` of shape ``(n_test, width)``
+    (``probs``: width = classes; ``samples``: width = ``PREDICTIVE_SAMPLES``)."""
+
+    task: str
+    kind: str
+    key: str
+    n_test: int
+    width: int
+
+    @classmethod
+    def of(cls, task: Task, reference: Reference) -> Expected:
+        width = reference.array.shape[1] if task.kind == "classification" else PREDICTIVE_SAMPLES
+        return cls(task.name, task.kind, reference.key, task.n_test, width)
+
+    @property
+    def max_npz_bytes(self) -> int:
+        return self.n_test * self.width * 8 + NPY_HEADER_SLACK
+
+    @property
+    def max_text_bytes(self) -> int:
+        return self.n_test * self.width * TEXT_BYTES_PER_NUMBER + NPY_HEADER_SLACK
+
+
+def available_task(name: str, cache: Path | None = None) -> Task:
+    """The task (a competition task from ``cache``: its fetched data and official reference)."""
+    try:
+        return get_task(name, cache)
+    except ConfigError:
+        raise SubmissionError(f"task {name} is not available in this installation of bdl-bench") from None
+
+
+def validate_predictions(array: np.ndarray, expected: Expected, source: str) -> np.ndarray:
+    """Checks ``array`` against the task; returns it as float64 ``(n_test, width)``.
+
+    Raises:
+        SubmissionError: not real numbers, wrong shape, non-finite values, or rows that are not
+            probabilities (for classification).
+    """
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise SubmissionError(f"{source}: expected real numbers, got dtype {array.dtype}")
+    shape = (expected.n_test, expected.width)
+    if array.shape != shape:
+        what = "classes" if expected.kind == "classification" else "samples"
+        raise SubmissionError(f"{source}: {expected.task} needs {expected.key} of shape {shape} (test points x "
+                              f"{what}), got {array.shape}")
+    try:
+        if expected.kind == "classification":
+            metrics.validate_probabilities(array, source)
+        else:
+            metrics.validate_samples(array, source)
+    except metrics.MetricInputError as error:
+        raise SubmissionError(str(error)) from None
+    return np.asarray(array, dtype=np.float64)
+
+
+def read_predictions(path: Path, expected: Expected) -> np.ndarray:
+    """Reads a run's ``predictions.npz`` (one array ``expected.key``), bounding its size before decompressing."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise SubmissionError(f"{path}: missing; a run folder holds {records.PREDICTIONS} and {records.RESULT}") from None
+    if size > expected.max_npz_bytes:
+        raise SubmissionError(f"{path}: {size} bytes, more than the {expected.max_npz_bytes} that {expected.task}'s "
+                              "predictions can take")
+    member = f"{expected.key}.npy"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            if [info.filename for info in infos] != [member]:
+                raise SubmissionError(f"{path}: must hold exactly one array {expected.key!r}, holds "
+                                      f"{[info.filename for info in infos]}")
+            if infos[0].file_size > expected.max_npz_bytes:
+                raise SubmissionError(f"{path}: {member} unpacks to {infos[0].file_size} bytes, more than the "
+                                      f"{expected.max_npz_bytes} that {expected.task}'s predictions can take")
+            with archive.open(member) as f:
+                # read_array trusts the header's shape only after the size bound above.
+                array = np.lib.format.read_array(f, allow_pickle=False)
+    except SubmissionError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as error:
+        raise SubmissionError(f"{path}: not a readable .npz file ({error})") from None
+    return validate_predictions(array, expected, str(path))
+
+
+def read_result(folder: Path) -> dict:
+    """``result.json`` of a run folder, with every field the leaderboard relies on type-checked."""
+    path = Path(folder) / records.RESULT
+    try:
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise SubmissionError(f"{path}: larger than {MAX_RESULT_BYTES} bytes")
+        result = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise SubmissionError(f"{folder}: not a run folder (no {records.RESULT})") from None
+    except (OSError, ValueError) as error:
+        raise SubmissionError(f"{path}: not readable JSON ({error})") from None
+    if not isinstance(result, dict):
+        raise SubmissionError(f"{path}: expected a JSON object")
+    for field, types in _RESULT_FIELDS.items():
+        value = result.get(field)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise SubmissionError(f"{path}: field {field!r} is missing or not a {'/'.join(t.__name__ for t in types)}")
+    for field in ("sha256", "key"):
+        if not isinstance(result["reference"].get(field), str):
+            raise SubmissionError(f"{path}: field 'reference.{field}' is missing or not a string")
+    return result
+
+
+def check_budget_claim(budget: float, epochs_used: float, test_passes: float, source: str) -> None:
+    """The track's limit is its budget: a run may use at most ``budget`` epochs."""
+    if not (math.isfinite(budget) and budget > 0):
+        raise SubmissionError(f"{source}: the budget must be a positive number of epochs, got {budget}")
+    if not (math.isfinite(epochs_used) and 0 < epochs_used <= budget):
+        raise SubmissionError(f"{source}: claims {epochs_used} epochs used, outside (0, {budget:g}], the budget's limit")
+    if not (math.isfinite(test_passes) and test_passes >= 0):
+        raise SubmissionError(f"{source}: test_passes must be a non-negative number, got {test_passes}")
+
+
+def check_claimed_metrics(claimed: dict, recomputed: dict, where: str) -> None:
+    """Refuses missing, extra or different metrics, naming the first one and the difference."""
+    if set(claimed) != set(recomputed):
+        missing, extra = sorted(set(recomputed) - set(claimed)), sorted(set(claimed) - set(recomputed))
+        raise SubmissionError(f"{where}: metrics do not match the recomputed set (missing {missing}, unexpected {extra})")
+    for name, value in recomputed.items():
+        claim = claimed[name]
+        if isinstance(claim, bool) or not isinstance(claim, (int, float)) or not math.isfinite(claim):
+            raise SubmissionError(f"{where}: {name} = {claim!r} is not a finite number")
+        if abs(claim - value) > METRIC_TOLERANCE * (1 + abs(value)):
+            raise SubmissionError(f"{where}: claims {name} = {claim:.10g} but the predictions give {value:.10g} "
+                                  f"(difference {claim - value:+.3g})")
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _reliability(task: Task, predictions: np.ndarray) -> dict | None:
+    if task.y_test is None:
+        return None
+    labels = task.y_test.numpy()
+    if task.kind == "classification":
+        return reliability.confidence_bins(metrics.validate_probabilities(predictions), labels)
+    return reliability.quantile_coverage(predictions, labels.astype(np.float64))
+
+
+def _scored(task: Task, reference: Reference, predictions: np.ndarray) -> dict[str, dict[str, float]]:
+    overall, by_block = score(task, predictions, reference)
+    return {OVERALL_BLOCK: overall, **by_block}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def check_submitter(name: str, notes: str) -> None:
+    if not name or len(name) > MAX_NAME_CHARS or not name.isprintable():
+        raise SubmissionError(f"the submitter's name must be 1 to {MAX_NAME_CHARS} printable characters")
+    if len(notes) > MAX_NOTES_CHARS:
+        raise SubmissionError(f"notes are limited to {MAX_NOTES_CHARS} characters")
+
+
+def check_method_name(method: str, source: str) -> None:
+    if not method or len(method) > MAX_NAME_CHARS or not method.isprintable():
+        raise SubmissionError(f"{source}: the method name must be 1 to {MAX_NAME_CHARS} printable characters")
+
+
+def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None) -> RunRow:
+    """Validates and re-scores one run folder; returns the row to store (recomputed metrics only)."""
+    folder = Path(folder)
+    check_submitter(submitter, notes)
+    result = read_result(folder)
+    source = str(folder / records.RESULT)
+    check_method_name(result["method"], source)
+    task = available_task(result["task"], cache)
+    if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
+        raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data or "
+                              f"settings than this installation's version {task.version}; rerun it")
+    reference = load_reference(task)
+    if result["reference"]["sha256"] != reference.sha256 or result["reference"]["key"] != reference.key:
+        raise SubmissionError(f"{source}: scored against reference sha256 {result['reference']['sha256'][:16]}..., "
+                              f"but the registry's {task.name} reference is {reference.sha256[:16]}...")
+    check_budget_claim(result["budget"], result["epochs_used"], result["test_passes"], source)
+    predictions = read_predictions(folder / records.PREDICTIONS, Expected.of(task, reference))
+    scored = _scored(task, reference, predictions)
+    check_claimed_metrics(result["metrics"], scored[OVERALL_BLOCK], f"{source} metrics")
+    if set(result["metrics_by_block"]) != set(scored) - {OVERALL_BLOCK}:
+        raise SubmissionError(f"{source}: metrics_by_block has blocks {sorted(result['metrics_by_block'])}, the task "
+                              f"has {sorted(set(scored) - {OVERALL_BLOCK})}")
+    for block, claimed in result["metrics_by_block"].items():
+        if not isinstance(claimed, dict):
+            raise SubmissionError(f"{source}: metrics_by_block[{block!r}] is not an object")
+        check_claimed_metrics(claimed, scored[block], f"{source} metrics_by_block[{block!r}]")
+    return RunRow(
+        task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
+        method=result["method"], budget=float(result["budget"]), seed=result["seed"],
+        reference_sha256=reference.sha256, config_hash=config_hash(result["config"]), config=result["config"],
+        source="run", predictions_sha256=hashlib.sha256(predictions.tobytes()).hexdigest(),
+        epochs_used=float(result["epochs_used"]), test_passes=float(result["test_passes"]),
+        wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
+        noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
+        submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
+        submitted_at=_now(), metrics=scored)
+
+
+def _safe_member_name(name: str, archive: Path) -> str:
+    path = PurePosixPath(name)
+    if "\\" in name or path.is_absolute() or ".." in path.parts or len(path.parts) != 1:
+        raise SubmissionError(f"{archive}: refusing member {name!r}: a submission holds only plain file names, no paths")
+    return name
+
+
+def _read_text_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, source: str) -> np.ndarray:
+    if info.file_size > limit:
+        raise SubmissionError(f"{source}: unpacks to {info.file_size} bytes, more than the {limit} it can need")
+    with archive.open(info) as f:
+        data = f.read(limit + 1)  # the header's size may lie; never read past the limit
+    if len(data) > limit:
+        raise SubmissionError(f"{source}: unpacks to more than the {limit} bytes it can need")
+    try:
+        text = data.decode("ascii")
+        first_line = text.split("\n", 1)[0]
+        return np.loadtxt(io.StringIO(text), delimiter="," if "," in first_line else None, ndmin=2,
+                          dtype=np.float64)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise SubmissionError(f"{source}: not numpy text of numbers ({str(error).splitlines()[0]})") from None
+
+
+def score_competition_zip(path: Path, method: str, budget: float, seed: int, submitter: str, notes: str = "",
+                          file_tasks: dict[str, str] = OFFICIAL_FILES, cache: Path | None = None) -> list[RunRow]:
+    """Scores each official file of a competition zip against its task at the declared ``budget``."""
+    path = Path(path)
+    check_submitter(submitter, notes)
+    check_method_name(method, str(path))
+    if not (math.isfinite(budget) and budget > 0):
+        raise SubmissionError(f"{path}: the declared budget must be a positive number of epochs, got {budget}")
+    try:
+        if path.stat().st_size > MAX_ZIP_BYTES:
+            raise SubmissionError(f"{path}: larger than {MAX_ZIP_BYTES} bytes")
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise SubmissionError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, OSError) as error:
+        raise SubmissionError(f"{path}: not a readable zip file ({error})") from None
+    rows = []
+    with archive:
+        infos = [info for info in archive.infolist() if not info.is_dir()]
+        names = [_safe_member_name(info.filename, path) for info in infos]
+        unknown = sorted(set(names) - set(file_tasks))
+        if unknown or not names or len(set(names)) != len(names):
+            raise SubmissionError(f"{path}: holds {names}; a submission holds each of the official files at most "
+                                  f"once: {', '.join(file_tasks)}")
+        for info in infos:
+            source = f"{path}:{info.filename}"
+            task = available_task(file_tasks[info.filename], cache)
+            reference = load_reference(task)
+            expected = Expected.of(task, reference)
+            predictions = validate_predictions(
+                _read_text_member(archive, info, expected.max_text_bytes, source), expected, source)
+            config = {}
+            rows.append(RunRow(
+                task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
+                method=method, budget=float(budget), seed=seed, reference_sha256=reference.sha256,
+                config_hash=config_hash(config), config=config, source="competition-zip",
+                predictions_sha256=hashlib.sha256(predictions.tobytes()).hexdigest(), epochs_used=None,
+                test_passes=None, wall_seconds=None, device=None, versions={},
+                noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
+                submitter=submitter, notes=notes, finished_at=None, submitted_at=_now(),
+                metrics=_scored(task, reference, predictions)))
+    return rows
+
+
+def run_folders(paths: list[Path]) -> list[Path]:
+    """Each path that is a run folder, or every run folder below a path that is not (sorted)."""
+    folders = []
+    for path in map(Path, paths):
+        if (path / records.RESULT).is_file():
+            folders.append(path)
+        elif path.is_dir():
+            found = sorted(result.parent for result in path.rglob(records.RESULT))
+            if not found:
+                raise SubmissionError(f"{path}: holds no run folder (no {records.RESULT} in it or below it)")
+            folders.extend(found)
+        else:
+            raise SubmissionError(f"{path}: not a run folder, a folder of runs, or a .zip")
+    return folders

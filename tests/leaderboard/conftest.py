@@ -1,0 +1,68 @@
+"""Run folders made without training: predictions derived from the reference, result.json as the runner writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import records
+from bench.runner import score
+from bench.tasks import PREDICTIVE_SAMPLES, get_task
+from reference.store import load_reference
+
+
+def blurred_predictions(task_name: str, amount: float, seed: int = 0) -> np.ndarray:
+    """The reference's predictive made worse by ``amount`` in [0, 1]: probabilities mixed with the uniform
+    distribution, or samples shifted and widened. Shape as the reference: ``(N_test, C)`` or ``(N_test, 1000)``."""
+    task = get_task(task_name)
+    reference = load_reference(task).array
+    rng = np.random.default_rng(seed)
+    if task.kind == "classification":
+        return (1 - amount) * reference + amount / reference.shape[1]
+    samples = reference[:, :PREDICTIVE_SAMPLES]
+    return samples * (1 + amount) + amount + 0.01 * rng.standard_normal(samples.shape)
+
+
+def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budget: float = 10.0,
+              amount: float | None = None, config: dict | None = None) -> Path:
+    """A run folder exactly as ``bench.runner.run`` writes it, with honestly computed metrics."""
+    task = get_task(task_name)
+    reference = load_reference(task)
+    predictions = blurred_predictions(task_name, 0.1 + 0.05 * seed if amount is None else amount, seed)
+    overall, by_block = score(task, predictions, reference)
+    result = {
+        "task": task.name, "task_version": task.version, "task_fingerprint": task.fingerprint(), "method": method,
+        "budget": budget, "epochs_used": budget, "test_passes": 1.0, "seed": seed, "metrics": overall,
+        "metrics_by_block": by_block, "noise_floor": reference.noise_floor, "wall_seconds": 1.5, "device": "cpu",
+        "config": config if config is not None else {"members": 5}, "versions": {"torch": "test"},
+        "reference": {"sha256": reference.sha256, "key": reference.key}, "finished_at": "2025-01-01T00:00:00+00:00",
+    }
+    folder = records.run_folder(out, task.name, method, budget, seed)
+    records.write_run(folder, reference.key, predictions, result)
+    return folder
+
+
+@pytest.fixture
+def db_path(tmp_path, monkeypatch) -> Path:
+    """A fresh database path, also set as $BDL_BENCH_DB so the command line uses it by default."""
+    path = tmp_path / "leaderboard.sqlite"
+    monkeypatch.setenv("BDL_BENCH_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def make_run():
+    return write_run
+
+
+@pytest.fixture
+def blurred():
+    return blurred_predictions
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path, monkeypatch):
+    """No competition task is fetched: the user's own cache folder is never read by these tests."""
+    monkeypatch.setenv("BDL_BENCH_CACHE", str(tmp_path / "empty-cache"))

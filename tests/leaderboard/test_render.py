@@ -1,0 +1,93 @@
+"""`python -m bench leaderboard`: ranking, mean ± std over seeds, the noise-floor row, every format."""
+
+import csv
+import dataclasses
+import io
+import json
+
+import pytest
+
+from bench.cli import main
+from leaderboard import ranking
+from leaderboard.render import html_page, render
+from leaderboard.store import Store
+
+
+def run_cli(capsys, *args):
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def board(tmp_path, db_path, make_run, capsys):
+    """Two methods on digits (3 and 2 seeds) and one on toy-gap, all at budget 10; one at budget 100."""
+    runs = tmp_path / "runs"
+    for seed in range(3):
+        make_run(runs, "digits", method="good", seed=seed, amount=0.05 + 0.01 * seed)
+    for seed in range(2):
+        make_run(runs, "digits", method="poor", seed=seed, amount=0.6 + 0.01 * seed)
+    make_run(runs, "toy-gap", method="good")
+    make_run(runs, "digits", method="good", budget=100, amount=0.02)
+    assert run_cli(capsys, "submit", str(runs), "--name", "<script>alert(1)</script>")[0] == 0
+    return db_path
+
+
+def test_markdown_ranks_by_agreement_with_mean_std_and_floor_row(board, capsys):
+    code, out, _ = run_cli(capsys, "leaderboard", "--task", "digits", "--budget", "10")
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("|")]
+    assert "HMC noise floor" in lines[2] and "0.9965" in lines[2]
+    assert "| 1 " in lines[3] and "good" in lines[3] and "| 3 " in lines[3]
+    assert "| 2 " in lines[4] and "poor" in lines[4]
+    assert "ddof = 1" in out and "agreement (higher is better), then total_variation" in out
+    with Store(board) as db:
+        good = [r.metrics["all"]["agreement"] for r in db.runs("digits", 10.0) if r.method == "good"]
+    mean, std = ranking.mean_std(good)
+    assert f"{mean:.4f} ± {std:.4f}" in lines[3]
+    assert "budget 100" not in out and "toy-gap" not in out
+
+
+def test_json_and_csv_carry_the_same_numbers(board, capsys):
+    code, out, _ = run_cli(capsys, "leaderboard", "--format", "json")
+    document = json.loads(out)
+    assert code == 0 and document["std_ddof"] == 1
+    digits10 = next(t for t in document["tracks"] if t["task"] == "digits" and t["budget"] == 10)
+    assert [e["method"] for e in digits10["entries"]] == ["good", "poor"]
+    poor = digits10["entries"][1]["metrics"]["total_variation"]
+    assert len(poor["values"]) == 2 and poor["std"] == pytest.approx(ranking.mean_std(poor["values"])[1])
+    code, out, _ = run_cli(capsys, "leaderboard", "--format", "csv")
+    lines = list(csv.DictReader(io.StringIO(out)))
+    row = next(r for r in lines if r["task"] == "digits" and r["budget"] == "10" and r["method"] == "poor")
+    assert float(row["total_variation_mean"]) == pytest.approx(ranking.mean_std(poor["values"])[0])
+    assert row["rank"] == "2" and row["seeds"] == "2"
+
+
+def test_regression_tracks_rank_by_w2_lower_first():
+    entries = [ranking.Entry("a", "c", {}, "run", metrics={"w2": [0.3, 0.5]}),
+               ranking.Entry("b", "c", {}, "run", metrics={"w2": [0.2, 0.2]})]
+    assert [e.method for e in sorted(entries, key=lambda e: ranking.rank_key("regression", e))] == ["b", "a"]
+
+
+def test_single_seed_has_no_std_and_missing_floor_is_stated(board, capsys):
+    with Store(board) as db:
+        rows = db.runs("toy-gap")
+    rows = [dataclasses.replace(r, noise_floor=None) for r in rows]
+    table = [line for line in render(rows, "md").splitlines() if line.startswith("|")]
+    assert "n/a" in table[2] and " ± " not in "".join(table)
+
+
+def test_html_escapes_submitter_text(board):
+    with Store(board) as db:
+        page = html_page(ranking.tracks(db.runs()))
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_empty_selection_and_missing_database_are_clear_errors(board, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "leaderboard", "--task", "diabetes-gap")
+    assert code == 2 and "no runs on the leaderboard for task diabetes-gap" in err
+    code, _, err = run_cli(capsys, "leaderboard", "--db", str(tmp_path / "nothing.sqlite"))
+    assert code == 2 and "no leaderboard database" in err and not (tmp_path / "nothing.sqlite").exists()

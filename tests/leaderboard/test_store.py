@@ -1,0 +1,138 @@
+"""The database: schema versions and migrations, all-or-nothing inserts, idempotency, concurrent writers."""
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from leaderboard import store
+from leaderboard.store import RunRow, Store, StoreError
+
+
+def row(seed=0, method="de", predictions="p0", **changes) -> RunRow:
+    values = {
+        "task": "toy-gap", "task_version": 1, "task_fingerprint": "f", "task_kind": "regression", "method": method,
+        "budget": 10.0, "seed": seed, "reference_sha256": "r", "config_hash": "c", "config": {"members": 5},
+        "source": "run", "predictions_sha256": predictions, "epochs_used": 10.0, "test_passes": 1.0,
+        "wall_seconds": 0.5, "device": "cpu", "versions": {"torch": "x"}, "noise_floor": None, "reliability": None,
+        "submitter": "alice", "notes": "", "finished_at": None, "submitted_at": "now",
+        "metrics": {"all": {"w2": 0.5 + seed, "w1": 0.4}},
+    }
+    values.update(changes)
+    return RunRow(**values)
+
+
+def test_new_database_is_at_the_latest_schema_and_round_trips_rows(tmp_path):
+    with Store(tmp_path / "db.sqlite") as db:
+        assert db.schema_version == len(store.MIGRATIONS)
+        added, present = db.insert([row(0), row(1)])
+        assert (len(added), len(present)) == (2, 0)
+        stored = db.runs()
+    assert stored == [row(0), row(1)]
+
+
+def test_reinserting_the_same_run_is_idempotent(tmp_path):
+    with Store(tmp_path / "db.sqlite") as db:
+        db.insert([row(0)])
+        added, present = db.insert([row(0), row(1)])
+        assert [r.seed for r in added] == [1] and [r.seed for r in present] == [0]
+        assert db.count() == 2
+
+
+def test_same_key_with_different_predictions_is_refused_and_nothing_is_inserted(tmp_path):
+    with Store(tmp_path / "db.sqlite") as db:
+        db.insert([row(0)])
+        with pytest.raises(StoreError, match="different predictions"):
+            db.insert([row(1), row(0, predictions="other")])
+        assert [r.seed for r in db.runs()] == [0], "the whole batch is rolled back"
+
+
+def test_a_database_from_a_newer_release_is_refused(tmp_path):
+    path = tmp_path / "db.sqlite"
+    Store(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {len(store.MIGRATIONS) + 1}")
+    with pytest.raises(StoreError, match="newer than this release"):
+        Store(path)
+
+
+def test_a_failing_migration_leaves_the_database_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "db.sqlite"
+    with Store(path) as db:
+        db.insert([row(0)])
+    broken = "ALTER TABLE runs ADD COLUMN extra TEXT; SELECT no_such_function()"
+    monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, broken])
+    monkeypatch.setattr(store, "SCHEMA_VERSION", len(store.MIGRATIONS))
+    with pytest.raises(StoreError, match="no_such_function"):
+        Store(path)
+    monkeypatch.undo()
+    with Store(path) as db:
+        assert db.schema_version == len(store.MIGRATIONS)
+        assert [r.seed for r in db.runs()] == [0]
+        columns = [c[1] for c in db._db.execute("PRAGMA table_info(runs)")]
+        assert "extra" not in columns
+
+
+def test_a_new_migration_is_applied_once_to_an_existing_database(tmp_path, monkeypatch):
+    path = tmp_path / "db.sqlite"
+    with Store(path) as db:
+        db.insert([row(0)])
+    monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, "ALTER TABLE runs ADD COLUMN extra TEXT"])
+    monkeypatch.setattr(store, "SCHEMA_VERSION", len(store.MIGRATIONS))
+    for _ in range(2):  # a second open must not re-run the ALTER (it would fail on the duplicate column)
+        with Store(path) as db:
+            assert db.schema_version == len(store.MIGRATIONS)
+            assert [r.seed for r in db.runs()] == [0]
+
+
+def test_not_a_database_is_one_clear_error(tmp_path):
+    path = tmp_path / "db.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open leaderboard database"):
+        Store(path)
+
+
+def test_default_path_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("BDL_BENCH_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert store.default_db_path() == tmp_path / "xdg" / "bdl-bench" / "leaderboard.sqlite"
+    monkeypatch.setenv("BDL_BENCH_DB", str(tmp_path / "explicit.sqlite"))
+    assert store.default_db_path() == tmp_path / "explicit.sqlite"
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, {tests!r})
+    from test_store import row
+    from leaderboard.store import Store
+    writer, rows, go = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    while not go.exists():  # start together
+        time.sleep(0.005)
+    with Store(Path(sys.argv[4])) as db:
+        for i in range(rows):
+            # every writer also inserts the shared seed -1: exactly one copy may survive
+            db.insert([row(seed=1000 * writer + i, method=f"m{{writer}}"), row(seed=-1)])
+""")
+
+
+def test_concurrent_writers_lose_no_row_and_keep_the_database_intact(tmp_path):
+    writers, rows = 4, 25
+    go, path = tmp_path / "go", tmp_path / "db.sqlite"
+    Store(path).close()
+    script = WRITER.format(tests=str(Path(__file__).parent))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(w), str(rows), str(go), str(path)],
+                              stderr=subprocess.PIPE, text=True) for w in range(writers)]
+    go.touch()
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    with Store(path) as db:
+        assert db.integrity_ok()
+        stored = db.runs()
+    assert len(stored) == writers * rows + 1
+    assert sorted(r.seed for r in stored if r.seed >= 0) == sorted(1000 * w + i for w in range(writers)
+                                                                     for i in range(rows))
+    assert all(r.metrics["all"]["w1"] == 0.4 for r in stored), "every run kept its metrics"

@@ -1,0 +1,263 @@
+"""`python -m bench submit`: runs are re-scored from their predictions; bad input is refused and changes nothing."""
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from bench import records
+from bench.cli import main
+from leaderboard import submission
+from leaderboard.store import Store
+
+
+def run_cli(capsys, *args):
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stored_rows(db_path):
+    if not db_path.exists():
+        return []
+    with Store(db_path) as db:
+        return db.runs()
+
+
+def test_submit_recomputes_metrics_and_is_idempotent(tmp_path, db_path, capsys, make_run):
+    for seed in (0, 1):
+        make_run(tmp_path / "runs", "digits", seed=seed)
+    make_run(tmp_path / "runs", "toy-gap")
+    code, out, err = run_cli(capsys, "submit", str(tmp_path / "runs"), "--name", "alice", "--notes", "first try")
+    assert code == 0, err
+    assert "3 added, 0 already present" in out
+    rows = stored_rows(db_path)
+    digits = [r for r in rows if r.task == "digits"]
+    claimed = json.loads((tmp_path / "runs/digits/de/budget-10/seed-0/result.json").read_text())
+    assert digits[0].metrics["all"] == pytest.approx(claimed["metrics"], rel=1e-12)
+    assert set(digits[0].metrics) == {"all", "clean", "gaussian-noise", "brightness", "blur"}
+    assert digits[0].submitter == "alice" and digits[0].notes == "first try"
+    assert sum(digits[0].reliability["count"]) == 1440
+    code, out, _ = run_cli(capsys, "submit", str(tmp_path / "runs"), "--name", "alice")
+    assert code == 0 and "0 added, 3 already present" in out
+    assert len(stored_rows(db_path)) == 3
+
+
+def _tamper_metric(folder):
+    path = folder / records.RESULT
+    result = json.loads(path.read_text())
+    result["metrics"]["total_variation"] -= 0.01
+    path.write_text(json.dumps(result))
+
+
+def _tamper_reference(folder):
+    path = folder / records.RESULT
+    result = json.loads(path.read_text())
+    result["reference"]["sha256"] = "0" * 64
+    path.write_text(json.dumps(result))
+
+
+def _overspend(folder):
+    path = folder / records.RESULT
+    result = json.loads(path.read_text())
+    result["epochs_used"] = result["budget"] + 1
+    path.write_text(json.dumps(result))
+
+
+def _stale_version(folder):
+    path = folder / records.RESULT
+    result = json.loads(path.read_text())
+    result["task_version"] = 0
+    path.write_text(json.dumps(result))
+
+
+def _task_named(name):
+    def rename(folder):
+        path = folder / records.RESULT
+        result = json.loads(path.read_text())
+        result["task"] = name
+        path.write_text(json.dumps(result))
+    return rename
+
+
+def _predictions(array):
+    def write(folder):
+        records.write_run(folder, "probs", array, json.loads((folder / records.RESULT).read_text()))
+    return write
+
+
+def _nan_row(folder):
+    with np.load(folder / records.PREDICTIONS) as npz:
+        probs = npz["probs"].copy()
+    probs[7, 3] = np.nan
+    _predictions(probs)(folder)
+
+
+def _not_probabilities(folder):
+    with np.load(folder / records.PREDICTIONS) as npz:
+        probs = npz["probs"].copy()
+    probs[11] *= 1.5
+    _predictions(probs)(folder)
+
+
+def _truncated(folder):
+    data = (folder / records.PREDICTIONS).read_bytes()
+    (folder / records.PREDICTIONS).write_bytes(data[: len(data) // 2])
+
+
+def _zip_bomb(folder):
+    """A tiny file that would unpack to far more than any digits prediction can need."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, probs=np.zeros((1440, 2000)))
+    (folder / records.PREDICTIONS).write_bytes(buffer.getvalue())
+
+
+def _huge_file(folder):
+    with open(folder / records.PREDICTIONS, "wb") as f:
+        f.truncate(1 << 31)  # sparse: 2 GiB on paper, nothing on disk
+
+
+def _broken_json(folder):
+    (folder / records.RESULT).write_text('{"task": "digits", ')
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_tamper_metric, "claims total_variation = "),
+    (_tamper_reference, "scored against reference sha256 0000000000000000"),
+    (_overspend, "epochs used, outside (0, 10]"),
+    (_stale_version, "made for digits version 0"),
+    (_task_named("mnist"), "task mnist is not available"),
+    (_task_named("cifar10"), "run `python -m bench fetch --task cifar10`"),
+    (_predictions(np.full((1440, 9), 1 / 9)), "needs probs of shape (1440, 10)"),
+    (_nan_row, "non-finite values (NaN or inf) in rows 7"),
+    (_not_probabilities, "rows must sum to 1"),
+    (_truncated, "not a readable .npz file"),
+    (_zip_bomb, "unpacks to 23040128 bytes"),
+    (_huge_file, "2147483648 bytes, more than"),
+    (_broken_json, "not readable JSON"),
+])
+def test_bad_submissions_are_refused_with_one_line_and_change_nothing(damage, message, tmp_path, db_path, capsys,
+                                                                      make_run):
+    good = make_run(tmp_path / "runs", "digits", seed=0)
+    assert run_cli(capsys, "submit", str(good))[0] == 0
+    before = db_path.read_bytes()
+    bad = make_run(tmp_path / "runs", "digits", seed=1)
+    also_good = make_run(tmp_path / "runs", "digits", seed=2)
+    damage(bad)
+    code, out, err = run_cli(capsys, "submit", str(also_good), str(bad))
+    assert code == 2, out
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+    assert [r.seed for r in stored_rows(db_path)] == [0], "a refused submission adds nothing, not even its good runs"
+    assert db_path.read_bytes() == before
+
+
+def test_metric_mismatch_names_the_metric_and_the_difference(tmp_path, make_run):
+    folder = make_run(tmp_path, "digits")
+    _tamper_metric(folder)
+    with pytest.raises(submission.SubmissionError, match=r"total_variation = .* \(difference -0\.01\)"):
+        submission.score_run(folder, "alice")
+
+
+def test_same_run_with_other_predictions_is_refused(tmp_path, db_path, capsys, make_run):
+    assert run_cli(capsys, "submit", str(make_run(tmp_path / "a", "toy-gap", amount=0.1)))[0] == 0
+    code, _, err = run_cli(capsys, "submit", str(make_run(tmp_path / "b", "toy-gap", amount=0.2)))
+    assert code == 2 and "already on the leaderboard with different predictions" in err
+    assert len(stored_rows(db_path)) == 1
+
+
+def _competition_zip(path, members: dict[str, bytes]):
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _savetxt(array, **kwargs) -> bytes:
+    buffer = io.StringIO()
+    np.savetxt(buffer, array, **kwargs)
+    return buffer.getvalue().encode()
+
+
+TEST_FILES = {"toy_samples.csv": "toy-gap", "digits_probs.csv": "digits"}
+"""Official-style file names mapped to the embedded tasks, standing in for the competition's."""
+
+
+@pytest.mark.parametrize("delimiter", [" ", ","])
+def test_competition_zip_is_scored_at_the_declared_budget(tmp_path, blurred, delimiter):
+    samples, probs = blurred("toy-gap", 0.1), blurred("digits", 0.2)
+    archive = _competition_zip(tmp_path / "sub.zip", {"toy_samples.csv": _savetxt(samples, delimiter=delimiter),
+                                                      "digits_probs.csv": _savetxt(probs, delimiter=delimiter)})
+    rows = submission.score_competition_zip(archive, "my-method", 1000, 0, "bob", file_tasks=TEST_FILES)
+    assert {r.task for r in rows} == {"toy-gap", "digits"}
+    assert all(r.budget == 1000 and r.epochs_used is None and r.source == "competition-zip" for r in rows)
+    toy = next(r for r in rows if r.task == "toy-gap")
+    from bench.runner import score
+    from bench.tasks import get_task
+    from reference.store import load_reference
+
+    task = get_task("toy-gap")
+    expected, _ = score(task, samples, load_reference(task))
+    assert toy.metrics["all"]["w2"] == pytest.approx(expected["w2"], rel=1e-9)
+
+
+@pytest.mark.parametrize("members, message", [
+    ({"../toy_samples.csv": b"1"}, "no paths"),
+    ({"/etc/toy_samples.csv": b"1"}, "no paths"),
+    ({"sub/toy_samples.csv": b"1"}, "no paths"),
+    ({"evil.csv": b"1"}, "official files"),
+    ({}, "official files"),
+    ({"toy_samples.csv": b"1 2 3\n4 5 6\n"}, "needs samples of shape (121, 1000)"),
+    ({"toy_samples.csv": b"not numbers at all\n"}, "not numpy text of numbers"),
+    ({"toy_samples.csv": b"0" * 5_000_000}, "unpacks to 5000000 bytes, more than"),
+])
+def test_hostile_competition_zips_are_refused(members, message, tmp_path):
+    archive = _competition_zip(tmp_path / "sub.zip", members)
+    with pytest.raises(submission.SubmissionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        submission.score_competition_zip(archive, "m", 100, 0, "bob", file_tasks=TEST_FILES)
+
+
+def test_official_zip_for_a_task_that_is_not_fetched_names_the_fetch_command(tmp_path, db_path, capsys):
+    archive = _competition_zip(tmp_path / "sub.zip", {"cifar10_probs.csv": b"0.5 0.5\n"})
+    code, _, err = run_cli(capsys, "submit", str(archive), "--method", "m", "--budget", "100")
+    assert code == 2 and "run `python -m bench fetch --task cifar10`" in err and err.count("\n") == 1
+    assert stored_rows(db_path) == []
+
+
+def test_exported_competition_zip_is_rescored_like_the_run_it_came_from(
+        tmp_path, db_path, capsys, file_server, official_files, fixture_checksums):
+    """uci-gap at fixture size: fetch, run, export the official zip, submit both; the scores agree."""
+    file_server.files.update(official_files)
+    cache = str(tmp_path / "cache")
+    assert run_cli(capsys, "fetch", "--task", "uci-gap", "--cache", cache, "--data-url", file_server.url + "data/",
+                   "--reference-url", file_server.url + "reference/", "--quiet")[0] == 0
+    assert run_cli(capsys, "--method", "de", "--budget", "10", "--task", "uci-gap", "--cache", cache,
+                   "--out", str(tmp_path / "runs"), "--quiet")[0] == 0
+    run = tmp_path / "runs" / "uci-gap" / "de" / "budget-10" / "seed-0"
+    archive = tmp_path / "submission.zip"
+    assert run_cli(capsys, "export-submission", str(run), "--out", str(archive), "--cache", cache)[0] == 0
+    code, out, err = run_cli(capsys, "submit", str(run), "--cache", cache)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "submit", str(archive), "--method", "de", "--budget", "10", "--cache", cache)
+    assert code == 0, err
+    rows = stored_rows(db_path)
+    assert len(rows) == 2
+    run_metrics = json.loads((run / records.RESULT).read_text())["metrics"]
+    assert sorted(row.source for row in rows) == ["competition-zip", "run"]
+    for row in rows:
+        assert row.metrics["all"]["competition_w"] == pytest.approx(run_metrics["competition_w"], abs=1e-12)
+
+
+def test_zip_needs_a_declared_budget(tmp_path, capsys):
+    archive = _competition_zip(tmp_path / "sub.zip", {"uci_samples.csv": b"1\n"})
+    code, _, err = run_cli(capsys, "submit", str(archive), "--method", "m")
+    assert code == 2 and "--budget" in err
+
+
+def test_not_a_run_folder(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "submit", str(tmp_path))
+    assert code == 2 and "holds no run folder" in err
