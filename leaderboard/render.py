@@ -129,7 +129,6 @@ def _colours(task_tracks: list[Track]) -> dict[tuple[str, str], str]:
 def _fidelity_charts(task_tracks: list[Track], colours: dict[tuple[str, str], str]) -> list[str]:
     """Per primary metric: mean ± std against budget (log scale), one line per method configuration."""
     first = task_tracks[0]
-    budgets = [t.budget for t in task_tracks]
     methods = [method for method, _ in colours]
     charts = []
     for metric in PRIMARY[first.kind]:
@@ -144,7 +143,7 @@ def _fidelity_charts(task_tracks: list[Track], colours: dict[tuple[str, str], st
             series.append(svg.Series(label, tuple(points), colour))
         floor = first.floor(metric)
         if floor is not None:
-            series.append(svg.horizontal(FLOOR_ROW, floor, min(budgets), max(budgets)))
+            series.append(svg.horizontal(FLOOR_ROW, floor))
         direction = "higher" if higher_is_better(metric) else "lower"
         charts.append(svg.line_chart(f"{first.task}: {metric} against budget ({direction} is better)", series,
                                      "budget (epochs, log scale)", metric, log_x=True))

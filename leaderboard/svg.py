@@ -25,6 +25,8 @@ class Series:
     color: str
     dashed: bool = False
     markers: bool = True
+    full_width: bool = False
+    """A level (one y value) drawn across the whole plot, whatever the x range: its x values are ignored."""
 
 
 def color(index: int) -> str:
@@ -44,7 +46,7 @@ def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log_x: bool = False,
                x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None) -> str:
     """An SVG ``<svg>`` element: one line per series, error bars, axes with ticks, a legend on the right."""
-    xs = [p[0] for s in series for p in s.points]
+    xs = [p[0] for s in series if not s.full_width for p in s.points]
     ys = [v for s in series for p in s.points for v in
           ((p[1],) if p[2] is None else (p[1] - p[2], p[1] + p[2]))]
     x_low, x_high = x_range or (min(xs), max(xs))
@@ -83,7 +85,11 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     parts.append(f'<text transform="translate(14 {MARGIN_TOP + plot_h / 2:.1f}) rotate(-90)" class="label" '
                  f'text-anchor="middle">{escape(y_label)}</text>')
     for index, s in enumerate(series):
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in s.points)
+        if s.full_width:
+            level = py(s.points[0][1])
+            path = f"{MARGIN_LEFT},{level:.1f} {MARGIN_LEFT + plot_w},{level:.1f}"
+        else:
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in s.points)
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         parts.append(f'<polyline points="{path}" fill="none" stroke="{s.color}" stroke-width="2"{dash}>'
                      f"<title>{escape(s.name)}</title></polyline>")
@@ -101,9 +107,9 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     return "".join(parts)
 
 
-def horizontal(name: str, y: float, x_low: float, x_high: float, colour: str = "#555555") -> Series:
-    """A dashed horizontal line across ``[x_low, x_high]`` (e.g. the reference's noise floor)."""
-    return Series(name, ((x_low, y, None), (x_high, y, None)), colour, dashed=True, markers=False)
+def horizontal(name: str, y: float, colour: str = "#555555") -> Series:
+    """A dashed horizontal line across the plot at ``y`` (e.g. the reference's noise floor)."""
+    return Series(name, ((0.0, y, None),), colour, dashed=True, markers=False, full_width=True)
 
 
 def diagonal(name: str = "calibrated") -> Series:

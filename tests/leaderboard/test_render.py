@@ -91,3 +91,15 @@ def test_empty_selection_and_missing_database_are_clear_errors(board, tmp_path, 
     assert code == 2 and "no runs on the leaderboard for task diabetes-gap" in err
     code, _, err = run_cli(capsys, "leaderboard", "--db", str(tmp_path / "nothing.sqlite"))
     assert code == 2 and "no leaderboard database" in err and not (tmp_path / "nothing.sqlite").exists()
+
+
+def test_noise_floor_spans_the_plot_even_with_a_single_budget():
+    from leaderboard import svg
+
+    chart = svg.line_chart("t", [svg.Series("m", ((20.0, 0.9, 0.01),), "#000000"), svg.horizontal("floor", 0.99)],
+                           "budget", "agreement", log_x=True)
+    left, right = svg.MARGIN_LEFT, svg.WIDTH - svg.MARGIN_RIGHT
+    floor_line = [part for part in chart.split("<polyline") if "<title>floor</title>" in part][0]
+    xs = [float(point.split(",")[0]) for point in floor_line.split('points="')[1].split('"')[0].split()]
+    assert xs == [left, right]
+    assert ">20<" in chart and ">0<" not in chart, "the floor adds no budget tick"
