@@ -165,10 +165,10 @@ def _summary_row(result: dict) -> dict:
     if "agreement" in m:
         fidelity = {"agreement": m["agreement"], "TV": m["total_variation"],
                     "floor agr": floor.get("agreement"), "floor TV": floor.get("total_variation"),
-                    "public agr": public and public["agreement"], "accuracy": m.get("accuracy")}
+                    **({"public agr": public["agreement"]} if public else {}), "accuracy": m.get("accuracy")}
     else:
         fidelity = {"W1": m["w1"], "W2": m["w2"], "floor W1": floor.get("w1"), "floor W2": floor.get("w2"),
-                    "public W (competition)": public and public["competition_w"], "RMSE": m.get("rmse")}
+                    **({"public W (competition)": public["competition_w"]} if public else {}), "RMSE": m.get("rmse")}
     return {"kind": "classification" if "agreement" in m else "regression",
             "task": result["task"], "method": result["method"], "budget": f"{result['budget']:g}",
             "epochs": f"{result['epochs_used']:g}", "seed": result["seed"], **fidelity,
