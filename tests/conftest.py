@@ -151,3 +151,18 @@ def fixture_checksums(tmp_path, monkeypatch, official_files):
     path.write_text(json.dumps(table))
     monkeypatch.setattr(official, "OFFICIAL_CHECKSUMS_FILE", path)
     return table
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """``python -m bench ARGS`` run in-process: returns (exit code, stdout, stderr); argparse's exits count too."""
+    from bench.cli import main
+
+    def run(*args):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run

@@ -8,24 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cli import main
 from reference import store
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(capsys, *args):
-    """Exit code, stdout and stderr of ``python -m bench ARGS`` run in-process (argparse exits too)."""
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_run_writes_a_complete_result_folder(tmp_path, capsys):
-    code, out, err = run_cli(capsys, "--method", "de", "--budget", "10", "--task", "toy-gap",
+def test_run_writes_a_complete_result_folder(tmp_path, run_cli):
+    code, out, err = run_cli("--method", "de", "--budget", "10", "--task", "toy-gap",
                              "--out", str(tmp_path), "--quiet", "--set", "members=2")
     assert code == 0, err
     assert "toy-gap" in out and "floor W1" in out
@@ -43,8 +32,8 @@ def test_run_writes_a_complete_result_folder(tmp_path, capsys):
     assert not list(folder.glob("*.tmp")), "no temporary files are left behind"
 
 
-def test_classification_run_reports_blocks(tmp_path, capsys):
-    code, out, err = run_cli(capsys, "run", "--method", "sgd", "--budget", "1", "--task", "digits",
+def test_classification_run_reports_blocks(tmp_path, run_cli):
+    code, out, err = run_cli("run", "--method", "sgd", "--budget", "1", "--task", "digits",
                              "--out", str(tmp_path), "--quiet")
     assert code == 0, err
     result = json.loads((tmp_path / "digits/sgd/budget-1/seed-0/result.json").read_text())
@@ -52,15 +41,15 @@ def test_classification_run_reports_blocks(tmp_path, capsys):
     assert set(result["metrics_by_block"]) == {"clean", "gaussian-noise", "brightness", "blur"}
 
 
-def test_finished_run_is_not_overwritten_without_force(tmp_path, capsys):
+def test_finished_run_is_not_overwritten_without_force(tmp_path, run_cli):
     args = ["--method", "sgd", "--budget", "2", "--task", "toy-gap", "--out", str(tmp_path), "--quiet"]
-    assert run_cli(capsys, *args)[0] == 0
+    assert run_cli(*args)[0] == 0
     result = tmp_path / "toy-gap/sgd/budget-2/seed-0/result.json"
     before = result.read_bytes()
-    code, _, err = run_cli(capsys, *args)
+    code, _, err = run_cli(*args)
     assert code == 2 and "--force" in err and err.count("\n") == 1
     assert result.read_bytes() == before
-    assert run_cli(capsys, *args, "--force")[0] == 0
+    assert run_cli(*args, "--force")[0] == 0
 
 
 @pytest.mark.parametrize("args, message", [
@@ -72,22 +61,22 @@ def test_finished_run_is_not_overwritten_without_force(tmp_path, capsys):
     (["--method", "de", "--budget", "10", "--task", "toy-gap", "--set", "lr"], "expected key=value"),
     (["--method", "de", "--budget", "10", "--task", "toy-gap", "--set", "bogus=1"], "no setting 'bogus'"),
 ])
-def test_bad_input_is_one_line_and_exit_code_2(args, message, tmp_path, capsys):
-    code, _, err = run_cli(capsys, *args, "--out", str(tmp_path), "--quiet")
+def test_bad_input_is_one_line_and_exit_code_2(args, message, tmp_path, run_cli):
+    code, _, err = run_cli(*args, "--out", str(tmp_path), "--quiet")
     assert code == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not list(tmp_path.rglob("result.json"))
 
 
-def test_unwritable_output_folder(tmp_path, capsys):
+def test_unwritable_output_folder(tmp_path, run_cli):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    code, _, err = run_cli(capsys, "--method", "sgd", "--budget", "1", "--task", "toy-gap",
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap",
                            "--out", str(blocker), "--quiet")
     assert code == 2 and "cannot write to output folder" in err and err.count("\n") == 1
 
 
-def test_corrupted_reference_is_refused(tmp_path, capsys, monkeypatch):
+def test_corrupted_reference_is_refused(tmp_path, monkeypatch, run_cli):
     for suffix in (".npz", ".json"):
         (tmp_path / f"toy-gap{suffix}").write_bytes((store.PACKAGE_DATA / f"toy-gap{suffix}").read_bytes())
     (tmp_path / "registry.json").write_bytes(store.REGISTRY.read_bytes())
@@ -95,16 +84,16 @@ def test_corrupted_reference_is_refused(tmp_path, capsys, monkeypatch):
         f.write(b"\0")
     monkeypatch.setattr(store, "PACKAGE_DATA", tmp_path)
     monkeypatch.setattr(store, "REGISTRY", tmp_path / "registry.json")
-    code, _, err = run_cli(capsys, "--method", "sgd", "--budget", "1", "--task", "toy-gap",
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap",
                            "--out", str(tmp_path / "runs"), "--quiet")
     assert code == 2 and "reference corrupted" in err and err.count("\n") == 1
     assert not list(tmp_path.rglob("result.json"))
 
 
-def test_listing_commands(capsys):
-    code, out, _ = run_cli(capsys, "tasks")
+def test_listing_commands(run_cli):
+    code, out, _ = run_cli("tasks")
     assert code == 0 and "diabetes-gap" in out and "MLP 64-50-10" in out and " ok" in out
-    code, out, _ = run_cli(capsys, "methods")
+    code, out, _ = run_cli("methods")
     assert code == 0 and "de" in out and "members=5" in out
 
 

@@ -8,25 +8,18 @@ import zipfile
 import numpy as np
 
 from bench import download as dl
-from bench.cli import main
 from bench.tasks import COMPETITION
 from bench.tasks.competition import SPECS, SUBMISSION_FILES
 
 SIZES = {"cifar10": (6, 5), "imdb": (6, 4), "cifar10c": (6, 10), "dermamnist": (6, 4), "uci-gap": (24, 120)}
 
 
-def cli(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_fetch_run_score_and_export_every_competition_task(file_server, official_files, fixture_checksums,
-                                                           tmp_path, capsys, monkeypatch):
+                                                           tmp_path, monkeypatch, run_cli):
     monkeypatch.setattr(dl, "RETRY_PAUSE_SECONDS", 0.0)
     file_server.files.update(official_files)
     cache, out = tmp_path / "cache", tmp_path / "runs"
-    code, fetched, err = cli(capsys, "fetch", "--all", "--cache", cache, "--data-url", file_server.url + "data/",
+    code, fetched, err = run_cli("fetch", "--all", "--cache", cache, "--data-url", file_server.url + "data/",
                              "--reference-url", file_server.url + "reference/", "--quiet")
     assert code == 0, err
     assert all(f"{name}: fetched into" in fetched for name in COMPETITION)
@@ -34,7 +27,7 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
     assert served == set(official_files), "each file is downloaded once, and nothing else"
 
     tasks = [arg for name in COMPETITION for arg in ("--task", name)]
-    code, table, err = cli(capsys, "--method", "sgd", "--budget", 1, *tasks, "--cache", cache, "--out", out, "--quiet")
+    code, table, err = run_cli("--method", "sgd", "--budget", 1, *tasks, "--cache", cache, "--out", out, "--quiet")
     assert code == 0, err
     assert len(file_server.requests) == len(official_files), "a run downloads nothing"
     folders = {}
@@ -56,7 +49,7 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
     assert "public agr" in table and "public W (competition)" in table
 
     zip_path = tmp_path / "submission.zip"
-    code, listing, err = cli(capsys, "export-submission", *folders.values(), "--out", zip_path, "--cache", cache)
+    code, listing, err = run_cli("export-submission", *folders.values(), "--out", zip_path, "--cache", cache)
     assert code == 0, err
     with zipfile.ZipFile(zip_path) as archive:
         assert sorted(archive.namelist()) == sorted(SUBMISSION_FILES.values())
@@ -68,7 +61,7 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
             assert exported.shape == predictions.shape == ((n_test, 1000) if name == "uci-gap" else (n_test, exported.shape[1]))
             np.testing.assert_array_equal(exported, predictions)
 
-    code, _, err = cli(capsys, "export-submission", folders["cifar10"], "--out", zip_path, "--cache", cache)
+    code, _, err = run_cli("export-submission", folders["cifar10"], "--out", zip_path, "--cache", cache)
     assert code == 2 and "exists; pass --force" in err
 
 
@@ -79,12 +72,12 @@ def _fake_run(folder, task, key, array, sha="0" * 64):
     return folder
 
 
-def test_export_refuses_what_the_competition_would_not_score(tmp_path, capsys, fixture_checksums):
+def test_export_refuses_what_the_competition_would_not_score(tmp_path, fixture_checksums, run_cli):
     probs = np.full((2000, 7), 1 / 7)
     official = fixture_checksums[SPECS["dermamnist"].reference.official_url]
     good = _fake_run(tmp_path / "derma", "dermamnist", "probs", probs, sha=official)
     zip_path = tmp_path / "s.zip"
-    assert cli(capsys, "export-submission", good, "--out", zip_path, "--cache", tmp_path / "empty")[0] == 0, \
+    assert run_cli("export-submission", good, "--out", zip_path, "--cache", tmp_path / "empty")[0] == 0, \
         "without the data at hand, the official test size is required"
 
     cases = {
@@ -95,9 +88,9 @@ def test_export_refuses_what_the_competition_would_not_score(tmp_path, capsys, f
         "holds no finished run": tmp_path / "nothing",
     }
     for message, folder in cases.items():
-        code, _, err = cli(capsys, "export-submission", folder, "--out", tmp_path / "x.zip", "--cache", tmp_path)
+        code, _, err = run_cli("export-submission", folder, "--out", tmp_path / "x.zip", "--cache", tmp_path)
         assert code == 2 and err.count("\n") == 1, err
         assert re.search(message, err), err
-    code, _, err = cli(capsys, "export-submission", good, good, "--out", tmp_path / "y.zip", "--cache", tmp_path)
+    code, _, err = run_cli("export-submission", good, good, "--out", tmp_path / "y.zip", "--cache", tmp_path)
     assert code == 2 and "two runs for task dermamnist" in err
     assert not (tmp_path / "x.zip").exists() and not (tmp_path / "y.zip").exists()

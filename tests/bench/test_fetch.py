@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from bench import download as dl
-from bench.cli import main
 from bench.download import FetchError
 from bench.fetch import fetch_task
 from bench.formats import FormatError
@@ -125,20 +124,18 @@ def test_reference_changed_after_the_fetch_is_refused(mirror, tmp_path):
         load_reference(get_task("cifar10", tmp_path))
 
 
-def test_run_on_a_task_that_is_not_fetched_names_the_fetch_command(tmp_path, capsys):
-    code = main(["--method", "sgd", "--budget", "1", "--task", "cifar10", "--cache", str(tmp_path),
-                 "--out", str(tmp_path / "runs"), "--quiet"])
-    err = capsys.readouterr().err
+def test_run_on_a_task_that_is_not_fetched_names_the_fetch_command(tmp_path, run_cli):
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "cifar10", "--cache", tmp_path,
+                           "--out", tmp_path / "runs", "--quiet")
     assert code == 2 and err.count("\n") == 1
     assert f"python -m bench fetch --task cifar10 --cache {tmp_path}" in err
     assert not (tmp_path / "runs").exists()
 
 
-def test_fetch_command_reports_how_each_checksum_was_trusted(mirror, tmp_path, capsys):
+def test_fetch_command_reports_how_each_checksum_was_trusted(mirror, tmp_path, run_cli):
     url = mirror.server.url
-    code = main(["fetch", "--task", "uci-gap", "--cache", str(tmp_path), "--data-url", url + "data/",
-                 "--reference-url", url + "reference/", "--quiet"])
-    out = capsys.readouterr().out
+    code, out, _ = run_cli("fetch", "--task", "uci-gap", "--cache", tmp_path, "--data-url", url + "data/",
+                           "--reference-url", url + "reference/", "--quiet")
     assert code == 0
     assert "uci_samples.csv: sha256" in out and "trust on first use" in out
     manifest = json.loads((task_folder("uci-gap", tmp_path) / "manifest.json").read_text())

@@ -10,15 +10,6 @@ from bench.cli import main
 from leaderboard import gate
 
 
-def run_cli(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 class TenthBudgetEnsemble(DeepEnsemble):
     """The deep ensemble with a regression: it trains on a tenth of the budget it is given."""
 
@@ -46,27 +37,27 @@ def test_baseline_records_configuration_versions_and_measured_spread(baseline):
     assert "--seeds 3" in content["command"]
 
 
-def test_unchanged_method_passes(baseline, capsys):
-    code, out, err = run_cli(capsys, "check", "--baseline", str(baseline))
+def test_unchanged_method_passes(baseline, run_cli):
+    code, out, err = run_cli("check", "--baseline", str(baseline))
     assert code == 0, out + err
     assert "check passed" in out and "0 regressions" in out
 
 
-def test_method_trained_on_a_tenth_of_its_budget_trips_the_gate(baseline, capsys, monkeypatch):
+def test_method_trained_on_a_tenth_of_its_budget_trips_the_gate(baseline, monkeypatch, run_cli):
     monkeypatch.setitem(METHODS, "de", TenthBudgetEnsemble)
-    code, out, _ = run_cli(capsys, "check", "--baseline", str(baseline))
+    code, out, _ = run_cli("check", "--baseline", str(baseline))
     assert code == 1
     assert "REGRESSIONS" in out and "check FAILED" in out
     regressed = {line.split()[3] for line in out.splitlines() if line.startswith("de ")}
     assert regressed >= {"w1", "w2"}
 
 
-def test_missing_method_or_baseline_is_a_clear_error(baseline, tmp_path, capsys):
-    code, _, err = run_cli(capsys, "check", "--baseline", str(baseline), "--methods", "sae")
+def test_missing_method_or_baseline_is_a_clear_error(baseline, tmp_path, run_cli):
+    code, _, err = run_cli("check", "--baseline", str(baseline), "--methods", "sae")
     assert code == 2 and "no baseline for sae" in err
-    code, _, err = run_cli(capsys, "check", "--baseline", str(tmp_path / "none.json"))
+    code, _, err = run_cli("check", "--baseline", str(tmp_path / "none.json"))
     assert code == 2 and "check --update" in err and err.count("\n") == 1
-    code, _, err = run_cli(capsys, "check", "--baseline", str(baseline), "--tolerance", "-1")
+    code, _, err = run_cli("check", "--baseline", str(baseline), "--tolerance", "-1")
     assert code == 2 and "--tolerance must be a positive number" in err
 
 

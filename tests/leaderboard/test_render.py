@@ -7,23 +7,13 @@ import json
 
 import pytest
 
-from bench.cli import main
 from leaderboard import ranking
 from leaderboard.render import html_page, render
 from leaderboard.store import Store
 
 
-def run_cli(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture
-def board(tmp_path, db_path, make_run, capsys):
+def board(tmp_path, db_path, make_run, run_cli):
     """Two methods on digits (3 and 2 seeds) and one on toy-gap, all at budget 10; one at budget 100."""
     runs = tmp_path / "runs"
     for seed in range(3):
@@ -32,12 +22,12 @@ def board(tmp_path, db_path, make_run, capsys):
         make_run(runs, "digits", method="poor", seed=seed, amount=0.6 + 0.01 * seed)
     make_run(runs, "toy-gap", method="good")
     make_run(runs, "digits", method="good", budget=100, amount=0.02)
-    assert run_cli(capsys, "submit", str(runs), "--name", "<script>alert(1)</script>")[0] == 0
+    assert run_cli("submit", str(runs), "--name", "<script>alert(1)</script>")[0] == 0
     return db_path
 
 
-def test_markdown_ranks_by_agreement_with_mean_std_and_floor_row(board, capsys):
-    code, out, _ = run_cli(capsys, "leaderboard", "--task", "digits", "--budget", "10")
+def test_markdown_ranks_by_agreement_with_mean_std_and_floor_row(board, run_cli):
+    code, out, _ = run_cli("leaderboard", "--task", "digits", "--budget", "10")
     assert code == 0
     lines = [line for line in out.splitlines() if line.startswith("|")]
     assert "HMC noise floor" in lines[2] and "0.9965" in lines[2]
@@ -51,15 +41,15 @@ def test_markdown_ranks_by_agreement_with_mean_std_and_floor_row(board, capsys):
     assert "budget 100" not in out and "toy-gap" not in out
 
 
-def test_json_and_csv_carry_the_same_numbers(board, capsys):
-    code, out, _ = run_cli(capsys, "leaderboard", "--format", "json")
+def test_json_and_csv_carry_the_same_numbers(board, run_cli):
+    code, out, _ = run_cli("leaderboard", "--format", "json")
     document = json.loads(out)
     assert code == 0 and document["std_ddof"] == 1
     digits10 = next(t for t in document["tracks"] if t["task"] == "digits" and t["budget"] == 10)
     assert [e["method"] for e in digits10["entries"]] == ["good", "poor"]
     poor = digits10["entries"][1]["metrics"]["total_variation"]
     assert len(poor["values"]) == 2 and poor["std"] == pytest.approx(ranking.mean_std(poor["values"])[1])
-    code, out, _ = run_cli(capsys, "leaderboard", "--format", "csv")
+    code, out, _ = run_cli("leaderboard", "--format", "csv")
     lines = list(csv.DictReader(io.StringIO(out)))
     row = next(r for r in lines if r["task"] == "digits" and r["budget"] == "10" and r["method"] == "poor")
     assert float(row["total_variation_mean"]) == pytest.approx(ranking.mean_std(poor["values"])[0])
@@ -72,7 +62,7 @@ def test_regression_tracks_rank_by_w2_lower_first():
     assert [e.method for e in sorted(entries, key=lambda e: ranking.rank_key("regression", e))] == ["b", "a"]
 
 
-def test_single_seed_has_no_std_and_missing_floor_is_stated(board, capsys):
+def test_single_seed_has_no_std_and_missing_floor_is_stated(board):
     with Store(board) as db:
         rows = db.runs("toy-gap")
     rows = [dataclasses.replace(r, noise_floor=None) for r in rows]
@@ -86,10 +76,10 @@ def test_html_escapes_submitter_text(board):
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
-def test_empty_selection_and_missing_database_are_clear_errors(board, tmp_path, capsys):
-    code, _, err = run_cli(capsys, "leaderboard", "--task", "diabetes-gap")
+def test_empty_selection_and_missing_database_are_clear_errors(board, tmp_path, run_cli):
+    code, _, err = run_cli("leaderboard", "--task", "diabetes-gap")
     assert code == 2 and "no runs on the leaderboard for task diabetes-gap" in err
-    code, _, err = run_cli(capsys, "leaderboard", "--db", str(tmp_path / "nothing.sqlite"))
+    code, _, err = run_cli("leaderboard", "--db", str(tmp_path / "nothing.sqlite"))
     assert code == 2 and "no leaderboard database" in err and not (tmp_path / "nothing.sqlite").exists()
 
 

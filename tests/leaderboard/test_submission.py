@@ -8,18 +8,8 @@ import numpy as np
 import pytest
 
 from bench import records
-from bench.cli import main
 from leaderboard import submission
 from leaderboard.store import Store
-
-
-def run_cli(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def stored_rows(db_path):
@@ -29,11 +19,11 @@ def stored_rows(db_path):
         return db.runs()
 
 
-def test_submit_recomputes_metrics_and_is_idempotent(tmp_path, db_path, capsys, make_run):
+def test_submit_recomputes_metrics_and_is_idempotent(tmp_path, db_path, make_run, run_cli):
     for seed in (0, 1):
         make_run(tmp_path / "runs", "digits", seed=seed)
     make_run(tmp_path / "runs", "toy-gap")
-    code, out, err = run_cli(capsys, "submit", str(tmp_path / "runs"), "--name", "alice", "--notes", "first try")
+    code, out, err = run_cli("submit", str(tmp_path / "runs"), "--name", "alice", "--notes", "first try")
     assert code == 0, err
     assert "3 added, 0 already present" in out
     rows = stored_rows(db_path)
@@ -43,7 +33,7 @@ def test_submit_recomputes_metrics_and_is_idempotent(tmp_path, db_path, capsys, 
     assert set(digits[0].metrics) == {"all", "clean", "gaussian-noise", "brightness", "blur"}
     assert digits[0].submitter == "alice" and digits[0].notes == "first try"
     assert sum(digits[0].reliability["count"]) == 1440
-    code, out, _ = run_cli(capsys, "submit", str(tmp_path / "runs"), "--name", "alice")
+    code, out, _ = run_cli("submit", str(tmp_path / "runs"), "--name", "alice")
     assert code == 0 and "0 added, 3 already present" in out
     assert len(stored_rows(db_path)) == 3
 
@@ -141,15 +131,15 @@ def _broken_json(folder):
     (_huge_file, "2147483648 bytes, more than"),
     (_broken_json, "not readable JSON"),
 ])
-def test_bad_submissions_are_refused_with_one_line_and_change_nothing(damage, message, tmp_path, db_path, capsys,
-                                                                      make_run):
+def test_bad_submissions_are_refused_with_one_line_and_change_nothing(damage, message, tmp_path, db_path, make_run,
+                                                                      run_cli):
     good = make_run(tmp_path / "runs", "digits", seed=0)
-    assert run_cli(capsys, "submit", str(good))[0] == 0
+    assert run_cli("submit", str(good))[0] == 0
     before = db_path.read_bytes()
     bad = make_run(tmp_path / "runs", "digits", seed=1)
     also_good = make_run(tmp_path / "runs", "digits", seed=2)
     damage(bad)
-    code, out, err = run_cli(capsys, "submit", str(also_good), str(bad))
+    code, out, err = run_cli("submit", str(also_good), str(bad))
     assert code == 2, out
     assert message in err and err.count("\n") == 1 and err.startswith("error: ")
     assert [r.seed for r in stored_rows(db_path)] == [0], "a refused submission adds nothing, not even its good runs"
@@ -163,9 +153,9 @@ def test_metric_mismatch_names_the_metric_and_the_difference(tmp_path, make_run)
         submission.score_run(folder, "alice")
 
 
-def test_same_run_with_other_predictions_is_refused(tmp_path, db_path, capsys, make_run):
-    assert run_cli(capsys, "submit", str(make_run(tmp_path / "a", "toy-gap", amount=0.1)))[0] == 0
-    code, _, err = run_cli(capsys, "submit", str(make_run(tmp_path / "b", "toy-gap", amount=0.2)))
+def test_same_run_with_other_predictions_is_refused(tmp_path, db_path, make_run, run_cli):
+    assert run_cli("submit", str(make_run(tmp_path / "a", "toy-gap", amount=0.1)))[0] == 0
+    code, _, err = run_cli("submit", str(make_run(tmp_path / "b", "toy-gap", amount=0.2)))
     assert code == 2 and "already on the leaderboard with different predictions" in err
     assert len(stored_rows(db_path)) == 1
 
@@ -221,28 +211,28 @@ def test_hostile_competition_zips_are_refused(members, message, tmp_path):
         submission.score_competition_zip(archive, "m", 100, 0, "bob", file_tasks=TEST_FILES)
 
 
-def test_official_zip_for_a_task_that_is_not_fetched_names_the_fetch_command(tmp_path, db_path, capsys):
+def test_official_zip_for_a_task_that_is_not_fetched_names_the_fetch_command(tmp_path, db_path, run_cli):
     archive = _competition_zip(tmp_path / "sub.zip", {"cifar10_probs.csv": b"0.5 0.5\n"})
-    code, _, err = run_cli(capsys, "submit", str(archive), "--method", "m", "--budget", "100")
+    code, _, err = run_cli("submit", str(archive), "--method", "m", "--budget", "100")
     assert code == 2 and "run `python -m bench fetch --task cifar10`" in err and err.count("\n") == 1
     assert stored_rows(db_path) == []
 
 
 def test_exported_competition_zip_is_rescored_like_the_run_it_came_from(
-        tmp_path, db_path, capsys, file_server, official_files, fixture_checksums):
+        tmp_path, db_path, file_server, official_files, fixture_checksums, run_cli):
     """uci-gap at fixture size: fetch, run, export the official zip, submit both; the scores agree."""
     file_server.files.update(official_files)
     cache = str(tmp_path / "cache")
-    assert run_cli(capsys, "fetch", "--task", "uci-gap", "--cache", cache, "--data-url", file_server.url + "data/",
+    assert run_cli("fetch", "--task", "uci-gap", "--cache", cache, "--data-url", file_server.url + "data/",
                    "--reference-url", file_server.url + "reference/", "--quiet")[0] == 0
-    assert run_cli(capsys, "--method", "de", "--budget", "10", "--task", "uci-gap", "--cache", cache,
+    assert run_cli("--method", "de", "--budget", "10", "--task", "uci-gap", "--cache", cache,
                    "--out", str(tmp_path / "runs"), "--quiet")[0] == 0
     run = tmp_path / "runs" / "uci-gap" / "de" / "budget-10" / "seed-0"
     archive = tmp_path / "submission.zip"
-    assert run_cli(capsys, "export-submission", str(run), "--out", str(archive), "--cache", cache)[0] == 0
-    code, out, err = run_cli(capsys, "submit", str(run), "--cache", cache)
+    assert run_cli("export-submission", str(run), "--out", str(archive), "--cache", cache)[0] == 0
+    code, out, err = run_cli("submit", str(run), "--cache", cache)
     assert code == 0, err
-    code, out, err = run_cli(capsys, "submit", str(archive), "--method", "de", "--budget", "10", "--cache", cache)
+    code, out, err = run_cli("submit", str(archive), "--method", "de", "--budget", "10", "--cache", cache)
     assert code == 0, err
     rows = stored_rows(db_path)
     assert len(rows) == 2
@@ -252,12 +242,12 @@ def test_exported_competition_zip_is_rescored_like_the_run_it_came_from(
         assert row.metrics["all"]["competition_w"] == pytest.approx(run_metrics["competition_w"], abs=1e-12)
 
 
-def test_zip_needs_a_declared_budget(tmp_path, capsys):
+def test_zip_needs_a_declared_budget(tmp_path, run_cli):
     archive = _competition_zip(tmp_path / "sub.zip", {"uci_samples.csv": b"1\n"})
-    code, _, err = run_cli(capsys, "submit", str(archive), "--method", "m")
+    code, _, err = run_cli("submit", str(archive), "--method", "m")
     assert code == 2 and "--budget" in err
 
 
-def test_not_a_run_folder(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "submit", str(tmp_path))
+def test_not_a_run_folder(tmp_path, run_cli):
+    code, _, err = run_cli("submit", str(tmp_path))
     assert code == 2 and "holds no run folder" in err
