@@ -215,7 +215,7 @@ def _cmd_fetch(args) -> int:
     from tqdm.auto import tqdm
 
     from bench.download import resolve_cache
-    from bench.fetch import cached_manifest, describe_fetch, fetch_task
+    from bench.fetch import describe_fetch, fetch_task
     from bench.tasks import COMPETITION
     from bench.tasks.competition import DATA_URL, REFERENCE_URL
 
@@ -228,11 +228,10 @@ def _cmd_fetch(args) -> int:
     progress = partial(tqdm, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                        disable=True if args.quiet else None)
     for name in names:
-        before = cached_manifest(name, args.cache) if not args.force else None
-        manifest = before or fetch_task(name, args.cache, args.data_url or DATA_URL,
-                                        args.reference_url or REFERENCE_URL, progress=progress,
-                                        keep_downloads=args.keep_downloads, force=True)
-        if before is not None:
+        manifest, downloaded = fetch_task(name, args.cache, args.data_url or DATA_URL,
+                                          args.reference_url or REFERENCE_URL, progress=progress,
+                                          keep_downloads=args.keep_downloads, force=args.force)
+        if not downloaded:
             print(f"{name}: already fetched and unchanged (every array's sha256 checked); --force fetches again")
             continue
         shapes = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in manifest["arrays"].items())

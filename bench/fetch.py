@@ -66,11 +66,11 @@ def cached_manifest(name: str, cache: Path | str | None = None) -> dict | None:
 
 def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_URL,
                reference_url: str = REFERENCE_URL, progress=None, keep_downloads: bool = False,
-               force: bool = False) -> dict:
-    """Downloads, verifies and converts competition task ``name`` into the cache; returns its manifest.
+               force: bool = False) -> tuple[dict, bool]:
+    """Downloads, verifies and converts competition task ``name`` into the cache.
 
-    A task already in the cache whose arrays all still match their checksums is not downloaded
-    again (unless ``force``). ``data_url`` and ``reference_url`` replace the official locations (a
+    Returns the task's manifest and whether anything was downloaded: a task already in the cache
+    whose arrays all still match their checksums is not downloaded again (unless ``force``). ``data_url`` and ``reference_url`` replace the official locations (a
     mirror); checksums are always those of the official files. Raises :class:`FetchError` (or
     FormatError) with one line.
     """
@@ -78,7 +78,7 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
     if not force:
         existing = cached_manifest(name, cache)
         if existing is not None:
-            return existing
+            return existing, False
     cache = resolve_cache(cache)
     trust = TrustStore(cache)
     checksums = official_checksums()
@@ -121,7 +121,7 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
     if not keep_downloads:
         for downloaded in fetched.values():
             downloaded.path.unlink(missing_ok=True)
-    return manifest
+    return manifest, True
 
 
 def _install(staging: Path, final: Path) -> None:

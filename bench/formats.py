@@ -23,7 +23,7 @@ class FormatError(BenchError):
 
 
 def count_rows(path: Path) -> int:
-    """Non-empty lines of a text file."""
+    """Lines of a text file (a last line without a newline counts too)."""
     rows = 0
     last = b"\n"
     with open(path, "rb") as f:
@@ -93,7 +93,3 @@ def npz_array(path: Path, key: str) -> np.ndarray:
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
         raise FormatError(f"{path.name}: not a readable .npz archive ({error})") from None
 
-
-def write_text_matrix(path: Path, array: np.ndarray) -> None:
-    """Writes ``array`` ``(rows, columns)`` as the competition did: ``numpy.savetxt`` defaults."""
-    np.savetxt(path, array)

@@ -19,6 +19,7 @@ from bench.download import TrustStore, sha256_file
 from bench.errors import ReferenceMismatch
 from bench.formats import FormatError, read_text_matrix
 from bench.tasks import PREDICTIVE_SAMPLES, Task
+from bench.tasks.competition import read_manifest
 from reference.store import Reference
 
 OFFICIAL_CHECKSUMS_FILE = Path(__file__).parent / "official_checksums.json"
@@ -55,13 +56,14 @@ def parse_reference(path: Path, key: str, transposed: bool = False, n_classes: i
     return array
 
 
-def load_official_reference(task: Task, manifest: dict, cache: Path) -> Reference:
-    """The reference fetched with ``task`` (``manifest`` is the task's fetch manifest), verified.
+def load_official_reference(task: Task) -> Reference:
+    """The reference fetched with ``task`` into its ``data_folder``, verified.
 
     Checks that the downloaded file's sha256 is the official one (or the one first recorded), that
     the converted array is the one the fetch wrote, and that its shape fits the task.
     """
-    entry = manifest["reference"]
+    cache = task.data_folder.parents[1]
+    entry = read_manifest(task.name, cache)["reference"]
     refetch = f"run `python -m bench fetch --task {task.name}` again"
     expected = official_checksums().get(entry["url"]) or TrustStore(cache).read().get(entry["url"], {}).get("sha256")
     if expected != entry["sha256"]:

@@ -120,8 +120,7 @@ def load_reference(task: Task, folder: Path | None = None, registry_path: Path |
     if task.data_folder is not None:
         from reference.official import load_official_reference
 
-        manifest = json.loads((task.data_folder / "manifest.json").read_text())
-        return load_official_reference(task, manifest, task.data_folder.parents[1])
+        return load_official_reference(task)
     folder = folder or PACKAGE_DATA
     entry = read_registry(registry_path).get(task.name)
     regenerate = f"run `python -m bench reference generate --task {task.name} --install`"

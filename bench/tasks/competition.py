@@ -51,8 +51,6 @@ OFFICIAL_TEST_ROWS = {"cifar10": 10_000, "imdb": 25_000, "cifar10c": 50_000, "de
 """Test-set sizes of the official files: what a submission for a task must have when its data are not at hand."""
 
 IMDB_VOCABULARY = 20_000
-IMAGE_MEAN_STD = {"cifar10": ((0.49, 0.48, 0.44), (0.2, 0.2, 0.2))}
-"""Normalisation already applied in the official CIFAR-10 files (recorded, not applied again)."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +254,7 @@ def load_task(name: str, cache: Path | str | None = None) -> Task:
             # Copy-on-write mapping: pages load on demand and torch gets a writable array.
             arrays[array] = torch.from_numpy(np.load(folder / f"{array}.npy", mmap_mode="c"))
     n_test = int(arrays["x_test"].shape[0])
-    data_digest = hashlib.sha256(json.dumps(
-        {k: v for k, v in manifest["arrays"].items()}, sort_keys=True).encode()).hexdigest()
+    data_digest = hashlib.sha256(json.dumps(manifest["arrays"], sort_keys=True).encode()).hexdigest()
     return Task(
         name=name, version=spec.version, description=spec.description,
         x_train=arrays["x_train"], y_train=arrays["y_train"], x_test=arrays["x_test"],

@@ -24,7 +24,8 @@ def mirror(file_server, official_files, fixture_checksums, monkeypatch):
     file_server.files.update(official_files)
 
     def fetch(name, cache, **kwargs):
-        return fetch_task(name, cache, file_server.url + "data/", file_server.url + "reference/", **kwargs)
+        manifest, _ = fetch_task(name, cache, file_server.url + "data/", file_server.url + "reference/", **kwargs)
+        return manifest
 
     fetch.server = file_server
     return fetch
@@ -140,6 +141,9 @@ def test_fetch_command_reports_how_each_checksum_was_trusted(mirror, tmp_path, r
     assert "uci_samples.csv: sha256" in out and "trust on first use" in out
     manifest = json.loads((task_folder("uci-gap", tmp_path) / "manifest.json").read_text())
     assert manifest["arrays"]["x_train"]["shape"] == [24, 8]
+    code, out, _ = run_cli("fetch", "--task", "uci-gap", "--cache", tmp_path, "--data-url", url + "data/",
+                           "--reference-url", url + "reference/", "--quiet")
+    assert code == 0 and "uci-gap: already fetched and unchanged" in out
 
 
 def test_cache_folder_from_the_environment(mirror, tmp_path, monkeypatch):

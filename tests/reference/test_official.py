@@ -58,7 +58,8 @@ def test_real_reference_is_fetched_under_its_official_checksum_and_a_modified_co
     file_server.files["reference/eval-phase/eval_data/medmnist_probs.csv"] = real
     urls = (file_server.url + "data/", file_server.url + "reference/")
 
-    manifest = fetch_task("dermamnist", tmp_path / "good", *urls)
+    manifest, downloaded = fetch_task("dermamnist", tmp_path / "good", *urls)
+    assert downloaded
     assert manifest["reference"]["trust"] == "official"
     reference = load_reference(get_task("dermamnist", tmp_path / "good"))
     assert reference.array.shape == (2000, 7) and reference.sha256 == hashlib.sha256(real).hexdigest()
