@@ -66,16 +66,10 @@ def export_submission(run_folders: list[Path], out: Path, cache=None, force: boo
         if name in files:
             raise BenchError(f"two runs for task {task}: {sources[name]} and {folder}; a submission holds one per task")
         rows = _expected_rows(task, result, cache)
+        spec = SPECS[task]
+        columns = spec.n_classes if spec.reference_key == "probs" else PREDICTIVE_SAMPLES
         # Validated for the error messages; written exactly as the run stored them.
-        if SPECS[task].reference_key == "probs":
-            metrics.validate_probabilities(predictions, f"{folder.name} predictions")
-            columns = SPECS[task].n_classes
-        else:
-            metrics.validate_samples(predictions, f"{folder.name} predictions")
-            columns = PREDICTIVE_SAMPLES
-        if predictions.shape != (rows, columns):
-            raise BenchError(f"{folder}: predictions of shape {predictions.shape}, a {task} submission needs "
-                             f"({rows}, {columns})")
+        metrics.validate_predictive(predictions, spec.reference_key, (rows, columns), f"{folder} predictions", task)
         text = io.BytesIO()
         np.savetxt(text, predictions)
         files[name], sources[name] = text.getvalue(), str(folder)

@@ -145,6 +145,24 @@ def validate_samples(s, name: str = "samples") -> np.ndarray:
     return a
 
 
+def validate_predictive(a, key: str, shape: tuple[int, int], name: str, task: str) -> np.ndarray:
+    """Check a method's whole predictive for ``task``: ``probs`` or ``samples`` of exactly ``shape``.
+
+    Returns the array as :func:`validate_probabilities` or :func:`validate_samples` does.
+
+    Raises:
+        MetricInputError: not real numbers, another shape, or what those two refuse.
+    """
+    array = np.asarray(a)
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise MetricInputError(f"{name}: expected real numbers, got dtype {array.dtype}")
+    if array.shape != tuple(shape):
+        what = "classes" if key == "probs" else "samples"
+        raise MetricInputError(f"{name}: {task} needs {key} of shape {tuple(shape)} (test points x {what}), "
+                               f"got {array.shape}")
+    return validate_probabilities(array, name) if key == "probs" else validate_samples(array, name)
+
+
 def _validate_labels(labels, n_points: int, n_classes: int) -> np.ndarray:
     """Return ``(N,)`` int64 labels, checked to be whole numbers in ``[0, n_classes)``."""
     a = _as_float64(labels, "labels")

@@ -106,18 +106,8 @@ def validate_predictions(array: np.ndarray, expected: Expected, source: str) -> 
         SubmissionError: not real numbers, wrong shape, non-finite values, or rows that are not
             probabilities (for classification).
     """
-    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
-        raise SubmissionError(f"{source}: expected real numbers, got dtype {array.dtype}")
-    shape = (expected.n_test, expected.width)
-    if array.shape != shape:
-        what = "classes" if expected.kind == "classification" else "samples"
-        raise SubmissionError(f"{source}: {expected.task} needs {expected.key} of shape {shape} (test points x "
-                              f"{what}), got {array.shape}")
     try:
-        if expected.kind == "classification":
-            metrics.validate_probabilities(array, source)
-        else:
-            metrics.validate_samples(array, source)
+        metrics.validate_predictive(array, expected.key, (expected.n_test, expected.width), source, expected.task)
     except metrics.MetricInputError as error:
         raise SubmissionError(str(error)) from None
     return np.asarray(array, dtype=np.float64)

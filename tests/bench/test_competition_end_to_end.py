@@ -82,7 +82,7 @@ def test_export_refuses_what_the_competition_would_not_score(tmp_path, fixture_c
 
     cases = {
         "not a competition task": _fake_run(tmp_path / "digits", "digits", "probs", probs),
-        r"needs \(2000, 7\)": _fake_run(tmp_path / "short", "dermamnist", "probs", probs[:1999], official),
+        r"dermamnist needs probs of shape \(2000, 7\)": _fake_run(tmp_path / "short", "dermamnist", "probs", probs[:1999], official),
         "rows must sum to 1": _fake_run(tmp_path / "bad", "dermamnist", "probs", probs * 2, official),
         "not the official one": _fake_run(tmp_path / "other-ref", "dermamnist", "probs", probs, "a" * 64),
         "holds no finished run": tmp_path / "nothing",
