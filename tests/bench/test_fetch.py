@@ -1,5 +1,6 @@
 """``fetch`` of the competition tasks from a local server holding tiny files in the official formats."""
 
+import io
 import json
 
 import numpy as np
@@ -165,3 +166,36 @@ def test_fetch_of_a_complete_cache_downloads_nothing_and_a_damaged_one_is_fetche
     assert np.isfinite(get_task("uci-gap", tmp_path).x_test.numpy()).all()
     mirror("uci-gap", tmp_path, force=True)
     assert len(mirror.server.requests) == requests + 4
+
+
+def test_interrupted_install_leaves_the_previous_cache_whole(mirror, tmp_path, official_files, monkeypatch):
+    """The new folder replaces the old one by renames; if the swap fails, the old folder is put back."""
+    import errno
+    from pathlib import Path
+
+    from bench.fetch import cached_manifest
+
+    before = mirror("uci-gap", tmp_path)
+    key = "data/evaluation_phase/energy_anon.npz"
+    with np.load(io.BytesIO(official_files[key])) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["x_test"] = arrays["x_test"] + 1.0  # other data upstream: every test array differs
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    mirror.server.files[key] = buffer.getvalue()
+    (tmp_path / "checksums.json").unlink()  # forget the first-use record, so the other data are accepted
+
+    real_rename, calls = Path.rename, []
+
+    def second_rename_fails(self, target):
+        calls.append(self)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", second_rename_fails)
+    with pytest.raises(OSError):
+        mirror("uci-gap", tmp_path, force=True)
+    monkeypatch.undo()
+    assert cached_manifest("uci-gap", tmp_path) == before, "every array still matches the previous manifest"
+    assert [p.name for p in (tmp_path / "tasks").iterdir()] == ["uci-gap"], "no staging or old folder is left"
