@@ -80,6 +80,7 @@ class AnchoredEnsemble(Approximator):
     paper = "Pearce et al. 2020"
     Config = AnchoredConfig
     TASK_DEFAULTS = FIRST_MEMBER_DEFAULTS
+    check_budget = 200.0  # two members of 100 epochs
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

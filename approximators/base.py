@@ -123,6 +123,9 @@ class Approximator:
     paper: ClassVar[str] = ""
     Config: ClassVar[type]
     TASK_DEFAULTS: ClassVar[dict[str, dict]] = {}
+    check_budget: ClassVar[float] = 200.0
+    """The method's smallest sensible budget with its default settings, in epochs: what the CI gate
+    (``bench check``) and the honesty probe run it with, so both stay fast on a CPU."""
 
     def __init__(self, config):
         self.config = config

@@ -48,6 +48,7 @@ class DeepEnsemble(Approximator):
     paper = "Lakshminarayanan et al. 2017"
     Config = MAPConfig
     TASK_DEFAULTS = MAP_DEFAULTS
+    check_budget = 100.0
 
     def n_members(self) -> int:
         return self.config.members
@@ -77,6 +78,7 @@ class MAP(DeepEnsemble):
     summary = "MAP point estimate: one network trained on the log posterior for the whole budget"
     paper = ""
     Config = AdamConfig
+    check_budget = 20.0
 
     def n_members(self) -> int:
         return 1

@@ -102,6 +102,7 @@ class SequentialAnchoredEnsemble(Approximator):
     paper = "Delaunoy & Louppe 2021"
     Config = SAEConfig
     TASK_DEFAULTS = SAE_DEFAULTS
+    check_budget = 120.0  # one chain: 100 epochs, then ten members of 2 epochs
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -8,65 +8,131 @@ example beyond the budget is ever seen. Counting is exact (integers of examples)
 
 What is charged: every training example a method reads, for any purpose (gradient steps,
 validation passes over held-out training data, statistics updates such as SWAG moments or batch
-statistics). A full-batch gradient evaluation costs one epoch.
+statistics). A full-batch gradient evaluation costs one epoch. A row read once but used by K
+members (a validation pass of K stacked members) is charged K times: the charge is rows through
+the network, not rows copied.
 
 What is not charged, but reported separately: evaluations of the test inputs to build the
 predictive (``test_passes``, in units of one pass over the test set).
+
+Misuse is refused rather than trusted: a charge must be a positive whole number of examples, a
+shared batch has at least one copy, the meter's fields cannot be assigned, and the data a method
+receives are copies (a method cannot edit the training set, or keep a live handle on it, by
+accident). What the meter cannot do is stop code that goes around it on purpose: a method is code,
+reviewed like code, and ``python -m bench verify`` re-executes its claims.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
-from bench.errors import BudgetExhausted
+from bench.errors import BudgetExhausted, MeterMisuse
+
+
+def _count(value, what: str, minimum: int) -> int:
+    """``value`` as an int of at least ``minimum``; bools, floats and tensors of another kind are refused."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise MeterMisuse(f"{what} must be a whole number of at least {minimum}, got {value!r}")
+    return int(value)
 
 
 class BudgetMeter:
+    """Counts the training examples a run reads (charged) and the test rows it evaluates (reported).
+
+    Read-only from outside: the counters change only through :meth:`charge` and
+    :meth:`record_test_pass`, which accept only positive whole numbers, and assigning any attribute
+    raises :class:`MeterMisuse` (an ``AttributeError``).
+    """
+
+    __slots__ = ("_budget_epochs", "_n_train", "_limit", "_examples", "_test_examples", "_n_test")
+
     def __init__(self, budget_epochs: float, n_train: int):
-        if not (budget_epochs > 0 and math.isfinite(budget_epochs)):
+        if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) \
+                or not (budget_epochs > 0 and math.isfinite(budget_epochs)):
             raise BudgetExhausted(f"the budget must be a positive number of epochs, got {budget_epochs}")
-        self.budget_epochs = float(budget_epochs)
-        self.n_train = int(n_train)
-        self.limit_examples = math.floor(self.budget_epochs * self.n_train + 1e-9)
-        self.examples = 0
-        self.test_examples = 0
-        self.n_test = 0
+        n_train = _count(n_train, "n_train", 1)
+        limit = math.floor(float(budget_epochs) * n_train + 1e-9)
+        for name, value in (("_budget_epochs", float(budget_epochs)), ("_n_train", n_train), ("_limit", limit),
+                            ("_examples", 0), ("_test_examples", 0), ("_n_test", 0)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise MeterMisuse(f"the budget meter is read-only (tried to set {name!r}); it changes only by charging")
+
+    @property
+    def budget_epochs(self) -> float:
+        return self._budget_epochs
+
+    @property
+    def n_train(self) -> int:
+        return self._n_train
+
+    @property
+    def examples(self) -> int:
+        """Training examples charged so far."""
+        return self._examples
 
     @property
     def epochs_used(self) -> float:
-        return self.examples / self.n_train
+        return self._examples / self._n_train
 
     @property
     def epochs_left(self) -> float:
-        return (self.limit_examples - self.examples) / self.n_train
+        return (self._limit - self._examples) / self._n_train
 
     @property
     def test_passes(self) -> float:
-        return self.test_examples / self.n_test if self.n_test else 0.0
+        return self._test_examples / self._n_test if self._n_test else 0.0
 
     def charge(self, n_examples: int) -> None:
-        if self.examples + n_examples > self.limit_examples:
+        """Charges ``n_examples`` (a positive whole number) or raises :class:`BudgetExhausted`, charging nothing."""
+        n_examples = _count(n_examples, "a charge", 1)
+        if self._examples + n_examples > self._limit:
             raise BudgetExhausted(
-                f"over budget: {self.epochs_used:.3f} of {self.budget_epochs:g} epochs used, "
-                f"asked for {n_examples / self.n_train:.3f} more")
-        self.examples += n_examples
+                f"over budget: {self.epochs_used:.3f} of {self._budget_epochs:g} epochs used, "
+                f"asked for {n_examples / self._n_train:.3f} more")
+        object.__setattr__(self, "_examples", self._examples + n_examples)
 
     def record_test_pass(self, n_rows: int, n_test: int) -> None:
-        self.n_test = n_test
-        self.test_examples += n_rows
+        """Reports ``n_rows`` test rows evaluated (all members counted) on a test set of ``n_test`` rows."""
+        n_rows, n_test = _count(n_rows, "test rows", 1), _count(n_test, "the test set size", 1)
+        if self._n_test and n_test != self._n_test:
+            raise MeterMisuse(f"test passes were reported on {self._n_test} test rows, now on {n_test}")
+        object.__setattr__(self, "_n_test", n_test)
+        object.__setattr__(self, "_test_examples", self._test_examples + n_rows)
 
     def summary(self) -> dict:
-        return {"budget": self.budget_epochs, "epochs_used": self.epochs_used,
-                "examples_charged": self.examples, "test_passes": self.test_passes}
+        return {"budget": self._budget_epochs, "epochs_used": self.epochs_used,
+                "examples_charged": self._examples, "test_passes": self.test_passes}
 
 
 class MeteredData:
-    """The training set as a method sees it. Shapes: inputs ``(N_train, *input_shape)``, targets ``(N_train,)``."""
+    """The training set as a method sees it. Shapes: inputs ``(N_train, *input_shape)``, targets ``(N_train,)``.
+
+    Every read is charged before it is served, and every read returns new tensors (a copy), never
+    the training set itself.
+    """
+
+    __slots__ = ("_x", "_y", "_meter")
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, meter: BudgetMeter):
-        self._x, self._y, self.meter = x, y, meter
+        if x.shape[0] != y.shape[0] or x.shape[0] != meter.n_train:
+            raise ValueError(f"inputs ({x.shape[0]} rows), targets ({y.shape[0]}) and the meter's N_train "
+                             f"({meter.n_train}) disagree")
+        for name, value in (("_x", x), ("_y", y), ("_meter", meter)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise MeterMisuse(f"metered data are read-only (tried to set {name!r})")
+
+    @property
+    def meter(self) -> BudgetMeter:
+        return self._meter
 
     @property
     def n_train(self) -> int:
@@ -76,20 +142,27 @@ class MeteredData:
     def device(self) -> torch.device:
         return self._x.device
 
+    def _rows(self, indices: torch.Tensor) -> torch.Tensor:
+        if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int64, torch.int32):
+            raise MeterMisuse("training rows are read by a tensor of integer indices")
+        return indices.to(self._x.device)
+
     def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows ``indices`` (any shape, e.g. ``(K, B)`` for K members) -> inputs ``(*indices.shape, ...)``."""
-        self.meter.charge(indices.numel())
-        indices = indices.to(self._x.device)
+        """Rows ``indices`` (any shape, e.g. ``(K, B)`` for K members) -> inputs ``(*indices.shape, ...)``,
+        targets ``indices.shape``; charged ``indices.numel()`` examples."""
+        indices = self._rows(indices)
+        self._meter.charge(indices.numel())
         return self._x[indices], self._y[indices]
 
     def shared_batch(self, indices: torch.Tensor, copies: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows ``indices`` ``(B,)`` read once but used by ``copies`` members (e.g. a validation pass
+        """Rows ``indices`` ``(B,)`` read once but used by ``copies`` >= 1 members (e.g. a validation pass
         of K members): charged ``copies * B`` examples, as if each member had read them."""
-        self.meter.charge(copies * indices.numel())
-        indices = indices.to(self._x.device)
+        copies = _count(copies, "copies", 1)
+        indices = self._rows(indices)
+        self._meter.charge(copies * indices.numel())
         return self._x[indices], self._y[indices]
 
     def full(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole training set, charged as one epoch (one full-data gradient evaluation)."""
-        self.meter.charge(self.n_train)
-        return self._x, self._y
+        """A copy of the whole training set, charged as one epoch (one full-data gradient evaluation)."""
+        self._meter.charge(self.n_train)
+        return self._x.clone(), self._y.clone()

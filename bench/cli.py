@@ -115,12 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
     check.add_argument("--tolerance", type=float, default=None,
-                       help="regression threshold in seed-to-seed standard deviations (default: the baseline's, 3)")
+                       help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
+                            "family-wise false-alarm rate)")
+    check.add_argument("--statistical", action="store_true",
+                       help="compare means statistically even where the environment matches the baseline's")
     check.add_argument("--methods", nargs="+", help="methods to check (default: every method in the baseline; "
                                                      "with --update: every method)")
+    check.add_argument("--task", action="append", help="task (repeatable; default: every task of the baseline, "
+                                                        "with --update every embedded task)")
     check.add_argument("--update", action="store_true", help="measure the configuration and rewrite the baseline")
-    check.add_argument("--task", action="append", help="with --update: task (repeatable; default: every task)")
-    check.add_argument("--seeds", type=int, default=None, help="with --update: number of seeds (default 5)")
+    check.add_argument("--seeds", type=int, default=None, help="with --update: number of seeds (default 10)")
     return parser
 
 
@@ -357,14 +361,16 @@ def _cmd_check(args) -> int:
     from leaderboard import gate
 
     if args.update:
-        baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds,
-                               tolerance=args.tolerance)
+        if args.tolerance is not None or args.statistical:
+            raise BenchError("--tolerance and --statistical choose how a check compares; --update only measures")
+        baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds)
         print(gate.describe_baseline(baseline))
         print(f"wrote {args.baseline}")
         return 0
-    if args.task or args.seeds is not None:
-        raise BenchError("--task and --seeds choose what --update measures; a check reruns the baseline's configuration")
-    report = gate.check(args.baseline, methods=args.methods, tolerance=args.tolerance)
+    if args.seeds is not None:
+        raise BenchError("--seeds chooses what --update measures; a check reruns the baseline's seeds")
+    report = gate.check(args.baseline, methods=args.methods, tasks=args.task, tolerance=args.tolerance,
+                        statistical=args.statistical)
     print(report.text())
     return 0 if report.passed else 1
 

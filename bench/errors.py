@@ -19,3 +19,8 @@ class ReferenceMismatch(BenchError):
 
 class ConfigError(BenchError, ValueError):
     """An unknown method, task or hyper-parameter, or a value of the wrong type."""
+
+
+class MeterMisuse(BenchError, AttributeError):
+    """A method used the budget meter in a way that would miscount its budget (a zero or negative
+    charge, no copies, a write to the meter)."""

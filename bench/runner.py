@@ -1,4 +1,11 @@
-"""One run: task -> approximator under the budget meter -> predictive -> metrics -> result record."""
+"""One run: task -> approximator under the budget meter -> predictive -> metrics -> result record.
+
+While a method trains, nothing that could score it is within reach of its frames: the runner's
+frame holds the :class:`~approximators.Problem` (test inputs, no labels) and the metered data, and
+the reference and the test labels are loaded only after ``fit`` and ``predictive`` have returned.
+(Before training the reference is checked and dropped, so a stale one still fails before any
+epoch is spent.)
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ import numpy as np
 import torch
 
 import bench
-from approximators import Problem, get_method, resolve_config
+from approximators import Approximator, Problem, get_method, resolve_config
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import BenchError
@@ -42,6 +49,20 @@ def score(task: Task, predictions: np.ndarray, reference: Reference) -> tuple[di
     return on(slice(None)), blocks
 
 
+def metered(task: Task, budget: float, device: torch.device = torch.device("cpu")) -> tuple[Problem, MeteredData]:
+    """What a method receives for ``task`` under a fresh meter of ``budget`` epochs: the problem
+    (no training tensors, no test labels) and the metered training data."""
+    meter = BudgetMeter(budget, task.n_train)
+    return Problem.for_task(task, meter, device), MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
+
+
+def execute(method: type[Approximator], config, problem: Problem, data: MeteredData, seed: int) -> np.ndarray:
+    """Fits ``method`` under the meter with the run's generator; returns its predictive, float64."""
+    approximator = method(config)
+    approximator.fit(problem, data, torch.Generator().manual_seed(seed))
+    return np.asarray(approximator.predictive(), dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     task: str
@@ -55,26 +76,28 @@ class RunSpec:
     cache: Path | None = None
 
 
+def _prepare(spec: RunSpec, device: torch.device) -> tuple[Problem, MeteredData]:
+    """Checks the task's reference (failing before training if it is stale) and builds the method's inputs.
+    Returns nothing that holds the reference or the test labels."""
+    task = get_task(spec.task, spec.cache)
+    load_reference(task)
+    return metered(task, spec.budget, device)
+
+
 def run(spec: RunSpec) -> dict:
     """Runs one (task, method, budget, seed); returns the result record it wrote."""
-    task = get_task(spec.task, spec.cache)
     method = get_method(spec.method)
-    config = resolve_config(method, task.name, dict(spec.overrides))
-    reference = load_reference(task)
+    config = resolve_config(method, get_task(spec.task, spec.cache).name, dict(spec.overrides))
     device = resolve_device(spec.device)
-    folder = records.run_folder(spec.out, task.name, method.name, spec.budget, spec.seed)
+    folder = records.run_folder(spec.out, spec.task, method.name, spec.budget, spec.seed)
     records.check_writable(folder, spec.force)
-
-    meter = BudgetMeter(spec.budget, task.n_train)
-    data = MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
-    problem = Problem.for_task(task, meter, device)
-    generator = torch.Generator().manual_seed(spec.seed)
-    approximator = method(config)
+    problem, data = _prepare(spec, device)
     started = time.perf_counter()
-    approximator.fit(problem, data, generator)
-    predictions = np.asarray(approximator.predictive(), dtype=np.float64)
+    predictions = execute(method, config, problem, data, spec.seed)
     wall = time.perf_counter() - started
 
+    task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned
+    reference = load_reference(task)
     overall, by_block = score(task, predictions, reference)
     result = {
         "task": task.name,
@@ -82,8 +105,8 @@ def run(spec: RunSpec) -> dict:
         "task_fingerprint": task.fingerprint(),
         "method": method.name,
         "budget": spec.budget,
-        "epochs_used": meter.epochs_used,
-        "test_passes": meter.test_passes,
+        "epochs_used": data.meter.epochs_used,
+        "test_passes": data.meter.test_passes,
         "seed": spec.seed,
         "metrics": overall,
         "metrics_by_block": by_block,

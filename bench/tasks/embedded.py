@@ -50,7 +50,7 @@ def toy_gap() -> Task:
     x_test = np.linspace(lo, hi, int(n))
     y_test = np.sin(2 * x_test) + s["noise_std"] * rng.standard_normal(x_test.shape)
     return Task(
-        name="toy-gap", version=1,
+        name="toy-gap", version=2,
         description="1-D regression, two input clusters with a gap (in-between uncertainty)",
         x_train=_as_float(x[:, None]), y_train=_as_float(y),
         x_test=_as_float(x_test[:, None]), y_test=_as_float(y_test),
@@ -80,7 +80,7 @@ def diabetes_gap() -> Task:
     x = (x - x_mean) / x_std
     y = (y - y_mean) / y_std
     return Task(
-        name="diabetes-gap", version=1,
+        name="diabetes-gap", version=2,
         description="scikit-learn diabetes, middle third along bmi held out (UCI-Gap style)",
         x_train=_as_float(x[~test]), y_train=_as_float(y[~test]),
         x_test=_as_float(x[test]), y_test=_as_float(y[test]),
@@ -129,7 +129,7 @@ def digits() -> Task:
     x_test = np.concatenate(rows).reshape(-1, 64)
     y_test = np.tile(y_te, len(rows))
     return Task(
-        name="digits", version=1,
+        name="digits", version=2,
         description="scikit-learn 8x8 digits + shifted test copies (noise, brightness, blur)",
         x_train=_as_float(x_tr.reshape(-1, 64)), y_train=torch.from_numpy(y_tr.astype(np.int64)),
         x_test=_as_float(x_test), y_test=torch.from_numpy(y_test.astype(np.int64)),

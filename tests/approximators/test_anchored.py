@@ -1,10 +1,17 @@
-"""AE and SAE: budget-exact allocation, vectorised equals one-at-a-time, seeded reproducibility."""
+"""AE and SAE: budget-exact allocation, vectorised equals one-at-a-time, seeded reproducibility, anchors
+from the prior that reach the loss, distinct members."""
 
 import numpy as np
 import pytest
+import torch
 
+from approximators import anchored, guided_walk, sae
+from approximators import map as map_module
+from approximators.anchored import prior_draws
 from approximators.sae import allocation
 from bench.errors import BudgetExhausted
+from bench.functional import StackedModel
+from bench.tasks import get_task
 
 
 @pytest.mark.parametrize("budget, sequential_epochs, expected", [
@@ -72,3 +79,57 @@ def test_sae_members_start_from_their_predecessor(fit):
     one, _ = fit("sae", "digits", budget=2, members_per_chain=1, **frozen)
     two, _ = fit("sae", "digits", budget=3, members_per_chain=2, **frozen)
     np.testing.assert_allclose(two, one, atol=1e-12, rtol=0)
+
+
+def _variance_within_monte_carlo_error(values: torch.Tensor, variance: float, z: float = 5.0) -> None:
+    """Sample mean and variance of ``values`` (i.i.d. N(0, v) under the hypothesis) within z standard errors."""
+    n = values.numel()
+    assert abs(values.mean().item()) < z * (variance / n) ** 0.5
+    assert abs(values.var().item() - variance) < z * variance * (2 / (n - 1)) ** 0.5
+
+
+def test_prior_draws_have_the_prior_variance():
+    generators = [torch.Generator().manual_seed(s) for s in range(8)]
+    _variance_within_monte_carlo_error(prior_draws(generators, 3000, 0.1), 0.1)
+    _variance_within_monte_carlo_error(guided_walk.init(generators, 3000, 0.1).anchor, 0.1)
+
+
+def test_ae_trains_every_member_towards_its_own_prior_anchor(fit, spy_training):
+    calls = spy_training(anchored)
+    fit("ae", "digits", budget=6, epochs=2)
+    (call,) = calls
+    layout, v = StackedModel(get_task("digits").model_factory()).layout, get_task("digits").prior_variance
+    anchors = layout.flatten(call["anchors"])
+    assert anchors.shape[0] == 3
+    _variance_within_monte_carlo_error(anchors, v)
+    assert torch.cdist(anchors, anchors).fill_diagonal_(1.0).min() > 0.5, "members need their own anchors"
+    assert call["split"] is not None and len(call["split"].validation) == round(0.1 * get_task("digits").n_train)
+
+
+def test_sae_anchors_start_at_the_prior_and_move_by_guided_walk_steps(fit, spy_training):
+    calls = spy_training(sae)
+    fit("sae", "digits", budget=8, chains=2, first_epochs=2, sequential_epochs=1, walk_step=0.01)
+    layout, v = StackedModel(get_task("digits").model_factory()).layout, get_task("digits").prior_variance
+    anchors = [layout.flatten(call["anchors"]) for call in calls]
+    assert len(anchors) == 3 and anchors[0].shape[0] == 2
+    _variance_within_monte_carlo_error(anchors[0], v)
+    for before, after in zip(anchors, anchors[1:]):
+        step = (after - before).abs()
+        assert 0 < step.mean() < 0.01 and step.max() < 0.01 * 6, "one walk step of scale s = 0.01 per member"
+    assert calls[1]["split"] is calls[0]["split"], "every member of a chain selects on the same held-out rows"
+
+
+@pytest.mark.parametrize("method, settings, module", [
+    ("de", dict(members=3), map_module), ("sgd", {}, map_module),
+    ("ae", dict(epochs=1), anchored), ("sae", dict(chains=3, first_epochs=1, sequential_epochs=1), sae)])
+def test_members_get_distinct_seeds_and_distinct_results(method, settings, module, fit, spy_training):
+    calls = spy_training(module)
+    fit(method, "toy-gap", budget=3, **settings)
+    call = calls[0]
+    k = len(call["seeds"])
+    assert k == (1 if method == "sgd" else 3)
+    assert len(set(call["seeds"])) == k, "every member its own minibatch order"
+    layout = StackedModel(get_task("toy-gap").model_factory()).layout
+    for stacked in (call["params"], call["result"]):
+        flat = layout.flatten(stacked)
+        assert len({tuple(row.tolist()) for row in flat}) == k, "every member its own initialisation and result"

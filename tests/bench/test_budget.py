@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BudgetExhausted
+from bench.errors import BudgetExhausted, MeterMisuse
 
 
 def test_charges_exact_examples_and_refuses_overspending():
@@ -45,3 +45,69 @@ def test_test_passes_are_reported_not_charged():
     meter = BudgetMeter(1, n_train=10)
     meter.record_test_pass(50, n_test=25)
     assert meter.test_passes == 2 and meter.examples == 0
+
+
+@pytest.mark.parametrize("copies", [0, -1, -3, True, 1.5, "2"])
+def test_shared_batch_needs_at_least_one_whole_copy(copies):
+    data = MeteredData(torch.zeros(10, 2), torch.zeros(10), BudgetMeter(5, n_train=10))
+    with pytest.raises(MeterMisuse, match="copies"):
+        data.shared_batch(torch.arange(4), copies=copies)
+    assert data.meter.examples == 0
+
+
+@pytest.mark.parametrize("charge", [0, -1, -10, 2.5, 1.0, True, float("nan")])
+def test_zero_negative_and_fractional_charges_are_refused(charge):
+    meter = BudgetMeter(2, n_train=10)
+    meter.charge(5)
+    with pytest.raises(MeterMisuse, match="charge"):
+        meter.charge(charge)
+    assert meter.examples == 5, "a refused charge must change nothing (no refund)"
+
+
+def test_an_empty_read_is_refused_not_free():
+    data = MeteredData(torch.zeros(10, 2), torch.zeros(10), BudgetMeter(5, n_train=10))
+    with pytest.raises(MeterMisuse):
+        data.batch(torch.zeros(0, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("field", ["budget_epochs", "examples", "n_train", "_examples", "_limit", "limit_examples"])
+def test_meter_fields_cannot_be_assigned(field):
+    meter = BudgetMeter(2, n_train=10)
+    with pytest.raises(MeterMisuse, match="read-only"):
+        setattr(meter, field, 1e9)
+    with pytest.raises(AttributeError):  # MeterMisuse is an AttributeError too, as Python code expects
+        setattr(meter, field, 1e9)
+    assert meter.budget_epochs == 2 and meter.epochs_left == 2
+
+
+def test_metered_data_cannot_be_rebound():
+    data = MeteredData(torch.zeros(10, 2), torch.zeros(10), BudgetMeter(1, n_train=10))
+    for field in ("meter", "_meter", "_x"):
+        with pytest.raises(MeterMisuse):
+            setattr(data, field, None)
+
+
+def test_full_read_is_a_charged_copy_not_the_live_training_set():
+    x, y = torch.arange(20.0).reshape(10, 2), torch.arange(10)
+    data = MeteredData(x, y, BudgetMeter(2, n_train=10))
+    xf, yf = data.full()
+    assert data.meter.epochs_used == 1
+    xf.zero_()
+    yf.fill_(-1)
+    assert x.sum() == 190 and y.sum() == 45, "writing into the full read must not edit the training set"
+    xb, _ = data.batch(torch.arange(10))
+    assert xb.data_ptr() != x.data_ptr()
+
+
+def test_indices_must_be_integer_tensors():
+    data = MeteredData(torch.zeros(10, 2), torch.zeros(10), BudgetMeter(1, n_train=10))
+    with pytest.raises(MeterMisuse):
+        data.batch(torch.tensor([True, False] * 5))  # a mask would read 5 rows but be charged 10
+    with pytest.raises(MeterMisuse):
+        data.batch([0, 1])
+
+
+def test_test_passes_refuse_negative_rows():
+    meter = BudgetMeter(1, n_train=10)
+    with pytest.raises(MeterMisuse):
+        meter.record_test_pass(-25, n_test=25)

@@ -1,64 +1,118 @@
-"""The CI gate: an unchanged method passes, a method trained on a tenth of its budget trips it."""
+"""The CI gate against the committed baseline (never one computed from the code under test).
+
+Each end-to-end test reruns ``de`` on ``toy-gap`` (10 seeds, a few seconds) and compares it with
+``benchmarks/baseline.json``: the unchanged method passes, and realistic bugs fail it for the right
+reason (a changed per-task default in both modes, a meter that charges half of each batch on the
+budget check alone, a change too small for the statistics in exact mode).
+"""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from approximators import METHODS
-from approximators.map import DeepEnsemble
-from bench.cli import main
+from approximators.map import MAP_DEFAULTS
+from bench.budget import MeteredData
 from leaderboard import gate
 
-
-class TenthBudgetEnsemble(DeepEnsemble):
-    """The deep ensemble with a regression: it trains on a tenth of the budget it is given."""
-
-    def fit(self, problem, data, generator):
-        data.meter.budget_epochs /= 10
-        super().fit(problem, data, generator)
+BASELINE = Path(__file__).parents[2] / "benchmarks" / "baseline.json"
+SUBSET = ("--methods", "de", "--task", "toy-gap")
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    """``de`` on toy-gap, 3 seeds: the smallest baseline with a measured spread."""
-    path = tmp_path_factory.mktemp("gate") / "baseline.json"
-    assert main(["check", "--update", "--baseline", str(path), "--methods", "de", "--task", "toy-gap",
-                 "--seeds", "3"]) == 0
-    return path
+def _same_environment() -> bool:
+    return json.loads(BASELINE.read_text())["environment"] == gate.environment()
 
 
-def test_baseline_records_configuration_versions_and_measured_spread(baseline):
-    content = json.loads(baseline.read_text())
-    assert content["configuration"]["seeds"] == [0, 1, 2] and content["configuration"]["budgets"] == {"de": 100.0}
-    assert content["std_ddof"] == 1 and content["versions"]["torch"]
+def test_committed_baseline_records_every_seed_the_budget_and_the_environment():
+    content = json.loads(BASELINE.read_text())
+    assert content["format"] == gate.BASELINE_FORMAT
+    assert content["configuration"]["seeds"] == list(range(gate.DEFAULT_SEEDS))
+    assert content["configuration"]["budgets"] == {"sgd": 20.0, "de": 100.0, "ae": 200.0, "sae": 120.0}
+    runs = content["runs"]["de"]["toy-gap"]
+    assert runs["epochs_used"] == [100.0] * gate.DEFAULT_SEEDS and len(runs["test_passes"]) == gate.DEFAULT_SEEDS
     w2 = content["results"]["de"]["toy-gap"]["all"]["w2"]
-    assert len(w2["values"]) == 3 and w2["std"] > 0
-    assert w2["spread"] == max(w2["std"], w2["floor"])
-    assert "--seeds 3" in content["command"]
+    assert len(w2["values"]) == gate.DEFAULT_SEEDS and w2["std"] > 0
+    assert {"torch", "platform", "cpu", "torch_threads"} <= set(content["environment"])
 
 
-def test_unchanged_method_passes(baseline, run_cli):
-    code, out, err = run_cli("check", "--baseline", str(baseline))
+@pytest.mark.parametrize("statistical", [False, True])
+def test_unchanged_method_passes(statistical, run_cli):
+    code, out, err = run_cli("check", "--baseline", BASELINE, *SUBSET, *(["--statistical"] if statistical else []))
     assert code == 0, out + err
-    assert "check passed" in out and "0 regressions" in out
+    mode = "statistical" if statistical or not _same_environment() else "exact"
+    assert f"check passed ({mode})" in out and "0 budget mismatches" in out
 
 
-def test_method_trained_on_a_tenth_of_its_budget_trips_the_gate(baseline, monkeypatch, run_cli):
-    monkeypatch.setitem(METHODS, "de", TenthBudgetEnsemble)
-    code, out, _ = run_cli("check", "--baseline", str(baseline))
-    assert code == 1
-    assert "REGRESSIONS" in out and "check FAILED" in out
-    regressed = {line.split()[3] for line in out.splitlines() if line.startswith("de ")}
-    assert regressed >= {"w1", "w2"}
+@pytest.mark.parametrize("statistical", [False, True])
+def test_a_changed_per_task_learning_rate_fails_in_both_modes(statistical, monkeypatch, run_cli):
+    monkeypatch.setitem(MAP_DEFAULTS, "toy-gap", {**MAP_DEFAULTS["toy-gap"], "lr": 1e-3})
+    code, out, _ = run_cli("check", "--baseline", BASELINE, *SUBSET, *(["--statistical"] if statistical else []))
+    assert code == 1 and "check FAILED" in out
+    assert ("FLAGGED" in out and " w2 " in out) if statistical or not _same_environment() else "MOVED: first de" in out
 
 
-def test_missing_method_or_baseline_is_a_clear_error(baseline, tmp_path, run_cli):
-    code, _, err = run_cli("check", "--baseline", str(baseline), "--methods", "sae")
-    assert code == 2 and "no baseline for sae" in err
-    code, _, err = run_cli("check", "--baseline", str(tmp_path / "none.json"))
+def test_a_meter_that_charges_half_of_each_batch_fails_on_the_budget(monkeypatch, run_cli):
+    """Metrics unchanged, epochs_used halved: only the exact budget comparison can see it."""
+    def half_charged_batch(self, indices):
+        indices = self._rows(indices)
+        self.meter.charge(max(1, indices.numel() // 2))
+        return self._x[indices], self._y[indices]
+
+    monkeypatch.setattr(MeteredData, "batch", half_charged_batch)
+    code, out, _ = run_cli("check", "--baseline", BASELINE, *SUBSET, "--statistical")
+    assert code == 1 and "BUDGET" in out and "epochs_used" in out
+    assert "0 flagged" in out, "the metrics themselves do not move"
+
+
+def test_exact_mode_reports_the_first_value_that_moved(monkeypatch, run_cli):
+    if not _same_environment():
+        pytest.skip("exact mode needs the baseline's environment")
+    monkeypatch.setitem(MAP_DEFAULTS, "toy-gap", {**MAP_DEFAULTS["toy-gap"], "min_lr": 1.001e-4})
+    code, out, _ = run_cli("check", "--baseline", BASELINE, *SUBSET)
+    assert code == 1 and "MOVED: first de on toy-gap, seed 0, block all" in out and "50 values moved" in out
+    code, out, _ = run_cli("check", "--baseline", BASELINE, *SUBSET, "--statistical")
+    assert code == 0, "a change this small is within the seed spread: only exact mode sees it"
+
+
+def _finding(metric, baseline, now, se=0.01):
+    return gate.Finding("m", "t", "all", metric, baseline_mean=baseline, observed_mean=now, standard_error=se)
+
+
+def test_fidelity_metrics_are_flagged_in_both_directions_others_only_when_worse():
+    tolerance = 4.0
+    report = gate.Report("statistical", tolerance, [], findings=[
+        _finding("w2", 0.5, 0.45), _finding("w2", 0.5, 0.55), _finding("agreement", 0.9, 0.95),
+        _finding("nll", 0.5, 0.45), _finding("nll", 0.5, 0.55), _finding("w1", 0.5, 0.52)])
+    flagged = {(f.metric, f.observed_mean) for f in report.flagged}
+    assert flagged == {("w2", 0.45), ("w2", 0.55), ("agreement", 0.95), ("nll", 0.55)}
+    assert [(f.metric, f.observed_mean) for f in report.improvements] == [("nll", 0.45)]
+    assert not report.passed
+
+
+def test_statistical_tolerance_is_the_bonferroni_t_bound():
+    import scipy.stats
+
+    assert gate.statistical_tolerance(10, 140) == pytest.approx(scipy.stats.t.ppf(1 - 0.01 / 280, 18))
+    assert gate.statistical_tolerance(10, 1) < gate.statistical_tolerance(10, 140) < gate.statistical_tolerance(5, 140)
+
+
+def test_standard_error_is_of_the_difference_of_means_with_floors():
+    stats = {"std": 0.03, "floor": 0.01}
+    assert gate._standard_error(stats, 0.04, 10) == pytest.approx((0.03**2 + 0.04**2) ** 0.5 / 10**0.5)
+    assert gate._standard_error({"std": 0.0, "floor": 0.01}, 0.0, 4) == pytest.approx((2 * 0.01**2 / 4) ** 0.5)
+
+
+def test_missing_method_task_or_baseline_and_bad_options_are_clear_errors(tmp_path, run_cli):
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--methods", "nope")
+    assert code == 2 and "no baseline for method nope" in err
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--task", "cifar10")
+    assert code == 2 and "no baseline for task cifar10" in err
+    code, _, err = run_cli("check", "--baseline", tmp_path / "none.json")
     assert code == 2 and "check --update" in err and err.count("\n") == 1
-    code, _, err = run_cli("check", "--baseline", str(baseline), "--tolerance", "-1")
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--tolerance", "-1")
     assert code == 2 and "--tolerance must be a positive number" in err
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--seeds", "3")
+    assert code == 2 and "--seeds chooses what --update measures" in err
 
 
 @pytest.mark.parametrize("metric, block_size, noise_floor, expected", [
@@ -73,11 +127,12 @@ def test_spread_floor(metric, block_size, noise_floor, expected):
     assert floor == pytest.approx(expected)
 
 
-def test_zero_spread_uses_the_floor_so_round_off_does_not_trip(monkeypatch):
-    finding = gate.Finding("m", "t", "all", "w2", baseline_mean=0.5, spread=1e-6, observed_mean=0.5 + 1e-12)
-    assert gate.Report(3.0, [finding], 0.0, {}).passed
-    worse = gate.Finding("m", "t", "all", "w2", baseline_mean=0.5, spread=1e-6, observed_mean=0.5 + 4e-6)
-    assert not gate.Report(3.0, [worse], 0.0, {}).passed
-    better = gate.Finding("m", "t", "all", "agreement", baseline_mean=0.9, spread=0.01, observed_mean=0.95)
-    report = gate.Report(3.0, [better], 0.0, {})
-    assert report.passed and report.improvements == [better]
+def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, run_cli):
+    path = tmp_path / "baseline.json"
+    code, out, err = run_cli("check", "--update", "--baseline", path, "--methods", "sgd", "--task", "toy-gap",
+                             "--seeds", "2")
+    assert code == 0, err
+    content = json.loads(path.read_text())
+    assert content["runs"]["sgd"]["toy-gap"]["epochs_used"] == [20.0, 20.0] and "--seeds 2" in content["command"]
+    code, out, _ = run_cli("check", "--baseline", path)
+    assert code == 0 and "check passed (exact)" in out

@@ -1,0 +1,58 @@
+"""The predictive: the classification model average is the mean of the members' probabilities, and
+regression draws include each member's observation noise, for every number of members."""
+
+import numpy as np
+import pytest
+import scipy.special
+import scipy.stats
+import torch
+
+from approximators.base import PredictiveAccumulator
+from approximators.training import initial_members
+from bench.budget import BudgetMeter
+from bench.functional import StackedModel
+from bench.tasks import PREDICTIVE_SAMPLES, get_task
+
+KS_SIGNIFICANCE = 1e-3
+
+
+def _outputs(task, params) -> np.ndarray:
+    return StackedModel(task.model_factory())(params, task.x_test, shared_input=True).double().numpy()
+
+
+def test_classification_average_is_the_mean_of_member_probabilities(problem_for):
+    task = get_task("digits")
+    params = initial_members(task.model_factory, [0, 1, 2])
+    for name in params:  # sharpen the members so that averaging logits and averaging probabilities differ
+        params[name] = params[name] * 4
+    expected = scipy.special.softmax(_outputs(task, params), axis=-1).mean(0)
+    softmax_of_mean_logits = scipy.special.softmax(_outputs(task, params).mean(0), axis=-1)
+    assert np.abs(expected - softmax_of_mean_logits).max() > 0.1, "the members must disagree for this test to bite"
+
+    accumulator = PredictiveAccumulator(problem_for(task, BudgetMeter(1, task.n_train)), 3, torch.Generator())
+    accumulator.add({n: p[:1] for n, p in params.items()})
+    accumulator.add({n: p[1:] for n, p in params.items()})
+    np.testing.assert_allclose(accumulator.result(), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("members", [1, 2, 3, 7])
+def test_regression_draws_carry_each_members_observation_noise(members, problem_for):
+    """Standardised by their own member's mean and softplus standard deviation, a member's draws are N(0, 1)."""
+    task = get_task("toy-gap")
+    params = initial_members(task.model_factory, list(range(members)))
+    params["2.bias"][:, 1] = torch.linspace(-1.0, 1.0, members)  # members with visibly different noise levels
+    outputs = _outputs(task, params)
+    means, stds = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
+
+    accumulator = PredictiveAccumulator(problem_for(task, BudgetMeter(1, task.n_train)), members,
+                                        torch.Generator().manual_seed(0))
+    accumulator.add(params)
+    samples = accumulator.result()
+    assert samples.shape == (task.n_test, PREDICTIVE_SAMPLES)
+    start = 0
+    for k in range(members):
+        count = PREDICTIVE_SAMPLES // members + (k < PREDICTIVE_SAMPLES % members)
+        z = (samples[:, start:start + count] - means[k][:, None]) / stds[k][:, None]
+        assert scipy.stats.kstest(z.ravel(), "norm").pvalue > KS_SIGNIFICANCE, f"member {k} of {members}"
+        start += count
+    assert start == PREDICTIVE_SAMPLES

@@ -1,0 +1,81 @@
+"""The training engine: anchored MAP with a validation split in closed form, best-validation selection."""
+
+import pytest
+import torch
+from torch import nn
+
+from approximators.training import AdamConfig, ValidationSplit, _keep_best, initial_members, train_members
+from bench.budget import BudgetMeter, MeteredData
+from bench.functional import StackedModel
+from bench.likelihoods import FixedNoiseGaussian
+
+
+def _linear(d):
+    return lambda: nn.Sequential(nn.Linear(d, 1))
+
+
+def _anchored_mode(features, targets, anchor, noise, prior_variance, likelihood_scale):
+    """argmax of likelihood_scale * log N(y; X theta, noise^2) + log N(theta; anchor, v I), in closed form."""
+    precision = likelihood_scale * features.T @ features / noise**2 + torch.eye(features.shape[1]) / prior_variance
+    return torch.linalg.solve(precision, likelihood_scale * features.T @ targets / noise**2 + anchor / prior_variance)
+
+
+def test_anchored_map_with_a_validation_split_is_the_full_data_posterior_mode():
+    """Members see the 90% fit rows, the likelihood is scaled to the full N_train and the prior (at its
+    anchor) enters once, per the task's posterior: mode = solve(c X'X/s^2 + I/v, c X'y/s^2 + a/v), c = N/n_fit.
+    The validation targets are the mode's own predictions, so best-validation selection keeps it."""
+    g = torch.Generator().manual_seed(0)
+    n, d, noise, prior_variance, atol = 40, 3, 1.0, 0.05, 2e-3
+    x = torch.randn(n, d, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 + noise * torch.randn(n, generator=g)
+    split = ValidationSplit.random(n, 0.1, torch.Generator().manual_seed(1))
+    features = torch.cat([x, torch.ones(n, 1)], 1).double()
+    anchor = torch.randn(d + 1, generator=g).double() * prior_variance**0.5
+    fit, c = split.fit, n / len(split.fit)
+    mode = _anchored_mode(features[fit], y[fit].double(), anchor, noise, prior_variance, c)
+    prior_scaled_by_fit_rows = _anchored_mode(features[fit], y[fit].double(), anchor, noise, prior_variance, 1.0)
+    assert (mode - prior_scaled_by_fit_rows).abs().max() > 10 * atol, "the two scalings must be told apart"
+    y[split.validation] = (features[split.validation] @ mode).float()
+
+    meter = BudgetMeter(600, n)
+    trained = train_members(StackedModel(_linear(d)()), initial_members(_linear(d), [0]), MeteredData(x, y, meter),
+                            FixedNoiseGaussian(noise), prior_variance, 600, AdamConfig(batch_size=64, lr=0.05,
+                                                                                        min_lr=1e-4), [0],
+                            anchors={"0.weight": anchor[:d].float().view(1, 1, d), "0.bias": anchor[d:].float().view(1, 1)},
+                            split=split)
+    found = torch.cat([trained["0.weight"][0, 0], trained["0.bias"][0]]).double()
+    torch.testing.assert_close(found, mode, atol=atol, rtol=0)
+    assert meter.epochs_used == 600, "an epoch reads the fit rows and the validation rows once: one epoch"
+
+
+def test_best_validation_selection_keeps_each_members_lowest_loss():
+    """Three candidate weight sets per member, offered in turn: each member keeps its own best one."""
+    d, n = 2, 20
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, d, generator=g)
+    y = x @ torch.tensor([1.0, -1.0])
+    split = ValidationSplit.random(n, 0.5, torch.Generator().manual_seed(4))
+    model, likelihood = StackedModel(_linear(d)()), FixedNoiseGaussian(1.0)
+    truth = torch.tensor([1.0, -1.0])
+    # member 0 is best at the second candidate, member 1 at the third; the first is worst for both.
+    offsets = [(3.0, 3.0), (0.0, 1.0), (1.0, 0.0)]
+    data = MeteredData(x, y, BudgetMeter(10, n))
+    best = best_loss = None
+    for off0, off1 in offsets:
+        weight = torch.stack([truth + off0, truth + off1]).view(2, 1, d)
+        params = {"0.weight": weight, "0.bias": torch.zeros(2, 1)}
+        best, best_loss = _keep_best(model, params, data, likelihood, split, best, best_loss)
+    torch.testing.assert_close(best["0.weight"][0, 0], truth)
+    torch.testing.assert_close(best["0.weight"][1, 0], truth)
+    at_the_truth = 0.5 * torch.log(torch.tensor(2 * torch.pi))  # mean NLL of a zero residual, unit noise
+    torch.testing.assert_close(best_loss, at_the_truth.expand(2), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("fraction, expected", [(0.1, 4), (0.0, None)])
+def test_validation_split_sizes(fraction, expected):
+    split = ValidationSplit.random(40, fraction, torch.Generator().manual_seed(0))
+    if expected is None:
+        assert split is None
+    else:
+        assert len(split.validation) == expected and len(split.fit) == 36
+        assert set(split.fit.tolist()).isdisjoint(split.validation.tolist())
