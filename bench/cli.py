@@ -11,7 +11,8 @@ from tabulate import tabulate
 
 from bench.errors import BenchError
 
-SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check")
+SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
+               "verify")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -103,7 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--method", help="for a .zip: the method's name")
     submit.add_argument("--budget", type=_positive_float, help="for a .zip: the declared budget in epochs")
     submit.add_argument("--seed", type=int, default=0, help="for a .zip: the seed (default 0)")
+    submit.add_argument("--verify", action="store_true",
+                        help="re-execute every run under the meter first and refuse any that does not reproduce; "
+                             "the leaderboard marks them verified")
     _add_cache(submit)
+
+    verify = sub.add_parser("verify", help="re-execute finished runs under the meter and compare them with their "
+                                           "records")
+    verify.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder or a folder of run folders")
+    _add_cache(verify)
 
     board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
     board.add_argument("--task", help="only this task")
@@ -317,14 +326,17 @@ def _cmd_submit(args) -> int:
 
     name = _submitter(args.name)
     rows = []
-    for path in args.paths:  # everything is validated and scored before the store is touched
+    for path in args.paths:  # everything is validated, scored and verified before the store is touched
         if path.suffix == ".zip":
             if args.method is None or args.budget is None:
                 raise BenchError(f"{path}: a competition zip needs --method and --budget (the declared budget)")
+            if args.verify:
+                raise BenchError(f"{path}: a competition zip holds predictions only and cannot be re-executed; "
+                                 "submit run folders to --verify")
             rows += submission.score_competition_zip(path, args.method, args.budget, args.seed, name, args.notes,
                                                      cache=args.cache)
         else:
-            rows += [submission.score_run(folder, name, args.notes, args.cache)
+            rows += [submission.score_run(folder, name, args.notes, args.cache, verify=args.verify)
                      for folder in submission.run_folders([path])]
     db = args.db or default_db_path()
     with Store(db) as store:
@@ -375,6 +387,18 @@ def _cmd_check(args) -> int:
     return 0 if report.passed else 1
 
 
+def _cmd_verify(args) -> int:
+    from bench.verify import verify
+    from leaderboard.submission import run_folders
+
+    results = [verify(folder, args.cache) for folder in run_folders(args.paths)]
+    for result in results:
+        print(result.line())
+    failed = sum(not r.passed for r in results)
+    print(f"{len(results) - failed} of {len(results)} runs verified")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
@@ -385,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
                "export-submission": _cmd_export, "reference": _cmd_reference,
-               "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check}
+               "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check,
+               "verify": _cmd_verify}
     try:
         return handler[args.command](args)
     except BenchError as error:

@@ -10,6 +10,7 @@ epoch is spent.)
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass
@@ -47,6 +48,19 @@ def score(task: Task, predictions: np.ndarray, reference: Reference) -> tuple[di
 
     blocks = {b.name: on(slice(b.start, b.stop)) for b in task.test_blocks}
     return on(slice(None)), blocks
+
+
+def environment() -> dict:
+    """Everything that can change a deterministic run's round-off: versions, platform, CPU and threads."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"bdl-bench": bench.__version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
+            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
 
 
 def metered(task: Task, budget: float, device: torch.device = torch.device("cpu")) -> tuple[Problem, MeteredData]:
@@ -116,6 +130,7 @@ def run(spec: RunSpec) -> dict:
         "config": asdict(config),
         "versions": {"bdl-bench": bench.__version__, "torch": torch.__version__,
                      "numpy": np.__version__, "python": platform.python_version()},
+        "environment": environment(),
         "reference": {"sha256": reference.sha256, "key": reference.key},
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -39,22 +39,17 @@ import dataclasses
 import datetime as dt
 import json
 import math
-import os
-import platform
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import scipy.stats
-import torch
 from tabulate import tabulate
 
-import bench
 from approximators import METHODS, get_method
 from bench.errors import BenchError
-from bench.runner import RunSpec, run
+from bench.runner import RunSpec, environment, run
 from bench.tasks import EMBEDDED, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
 from leaderboard.store import OVERALL_BLOCK
@@ -73,19 +68,6 @@ BUDGET_FIELDS = ("epochs_used", "test_passes")
 COUNT_METRICS = {"agreement", "accuracy"}
 NOISE_FLOOR_FRACTION = 0.1
 NUMERIC_FLOOR = 1e-6
-
-
-def environment() -> dict:
-    """Everything that can change a deterministic run's round-off: versions, platform, CPU and threads."""
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"bdl-bench": bench.__version__, "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
 
 
 def statistical_tolerance(n_seeds: int, n_compared: int) -> float:

@@ -56,6 +56,8 @@ class Entry:
     devices: set[str] = field(default_factory=set)
     submitters: set[str] = field(default_factory=set)
     reliability: list[dict] = field(default_factory=list)
+    verified: int = 0
+    """How many of the entry's seeds were re-executed and reproduced (``submit --verify``)."""
 
     def summary(self, metric: str) -> tuple[float, float | None]:
         return mean_std(self.metrics[metric])
@@ -73,6 +75,7 @@ class Entry:
         self.submitters.add(row.submitter)
         if row.reliability is not None:
             self.reliability.append(row.reliability)
+        self.verified += row.verified
 
 
 @dataclass

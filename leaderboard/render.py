@@ -51,13 +51,14 @@ def _display_rows(track: Track) -> list[dict]:
     names = track.metric_names
     floor = {"rank": "", "method": FLOOR_ROW, "seeds": "",
              **{m: ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
-             "epochs used": "", "wall s": "", "device": "", "submitted by": ""}
+             "epochs used": "", "verified": "", "wall s": "", "device": "", "submitted by": ""}
     rows = [floor]
     for rank, entry in enumerate(track.entries, start=1):
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
         rows.append({"rank": rank, "method": entry_label(track, entry), "seeds": len(entry.seeds),
                      **{m: _mean_std_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
+                     "verified": f"{entry.verified}/{len(entry.seeds)}",
                      "wall s": "" if wall is None else f"{wall:.1f}",
                      "device": ", ".join(sorted(entry.devices)),
                      "submitted by": ", ".join(sorted(entry.submitters))})
@@ -91,8 +92,8 @@ def as_json(all_tracks: list[Track]) -> str:
             "entries": [{
                 "rank": rank, "method": e.method, "config_hash": e.config_hash, "config": e.config,
                 "source": e.source, "seeds": e.seeds, "metrics": {m: _summary(e, m) for m in e.metrics},
-                "epochs_used_mean": _optional_mean(e.epochs_used), "wall_seconds_mean": _optional_mean(e.wall_seconds),
-                "devices": sorted(e.devices), "submitters": sorted(e.submitters),
+                "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
+                "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": sorted(e.devices), "submitters": sorted(e.submitters),
             } for rank, e in enumerate(t.entries, start=1)],
         } for t in all_tracks],
     }
@@ -104,7 +105,7 @@ def as_csv(all_tracks: list[Track]) -> str:
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
     header = ["task", "task_version", "budget", "rank", "method", "config_hash", "seeds",
               *[f"{m}_{stat}" for m in names for stat in ("mean", "std")],
-              "epochs_used_mean", "wall_seconds_mean", "devices", "submitters"]
+              "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices", "submitters"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
@@ -115,6 +116,7 @@ def as_csv(all_tracks: list[Track]) -> str:
             cells = {f"{m}_{stat}": value for m in e.metrics for stat, value in zip(("mean", "std"), e.summary(m))}
             writer.writerow({**track_cells, "rank": rank, "method": e.method, "config_hash": e.config_hash,
                              "seeds": len(e.seeds), **cells, "epochs_used_mean": _optional_mean(e.epochs_used),
+                             "verified_seeds": e.verified,
                              "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": ";".join(sorted(e.devices)),
                              "submitters": ";".join(sorted(e.submitters))})
     return buffer.getvalue()

@@ -67,6 +67,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX runs_by_track ON runs (task, budget);
     """,
+    # 1 -> 2: runs re-executed under the meter by `submit --verify`.
+    """
+    ALTER TABLE runs ADD COLUMN verified INTEGER NOT NULL DEFAULT 0 CHECK (verified IN (0, 1))
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -110,6 +114,8 @@ class RunRow:
     finished_at: str | None
     submitted_at: str
     metrics: dict[str, dict[str, float]]
+    verified: bool = False
+    """Re-executed under the meter and reproduced (``submit --verify``)."""
 
     @property
     def key(self) -> tuple:
@@ -189,25 +195,28 @@ class Store:
         with self._write() as db:
             for row in rows:
                 stored = db.execute(
-                    "SELECT predictions_sha256 FROM runs WHERE task = ? AND task_version = ? AND method = ? "
-                    "AND budget = ? AND seed = ? AND reference_sha256 = ? AND config_hash = ?", row.key).fetchone()
+                    "SELECT predictions_sha256, id, verified FROM runs WHERE task = ? AND task_version = ? "
+                    "AND method = ? AND budget = ? AND seed = ? AND reference_sha256 = ? AND config_hash = ?",
+                    row.key).fetchone()
                 if stored is not None:
                     if stored[0] != row.predictions_sha256:
                         raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is already on the "
                                          "leaderboard with different predictions; refusing to replace it")
+                    if row.verified and not stored[2]:  # the same predictions, now re-executed: mark them
+                        db.execute("UPDATE runs SET verified = 1 WHERE id = ?", (stored[1],))
                     present.append(row)
                     continue
                 run_id = db.execute(
                     "INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
                     "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
                     "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
-                    "submitter, notes, finished_at, submitted_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "submitter, notes, finished_at, submitted_at, verified) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
                      row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
                      row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
                      _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
-                     row.notes, row.finished_at, row.submitted_at)).lastrowid
+                     row.notes, row.finished_at, row.submitted_at, int(row.verified))).lastrowid
                 db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
                                [(run_id, block, name, value) for block, values in row.metrics.items()
                                 for name, value in values.items()])
@@ -265,4 +274,4 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         wall_seconds=record["wall_seconds"], device=record["device"], versions=loaded("versions_json"),
         noise_floor=loaded("noise_floor_json"), reliability=loaded("reliability_json"),
         submitter=record["submitter"], notes=record["notes"], finished_at=record["finished_at"],
-        submitted_at=record["submitted_at"], metrics=metrics)
+        submitted_at=record["submitted_at"], metrics=metrics, verified=bool(record["verified"]))

@@ -223,8 +223,10 @@ def check_method_name(method: str, source: str) -> None:
         raise SubmissionError(f"{source}: the method name must be 1 to {MAX_NAME_CHARS} printable characters")
 
 
-def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None) -> RunRow:
-    """Validates and re-scores one run folder; returns the row to store (recomputed metrics only)."""
+def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False) -> RunRow:
+    """Validates and re-scores one run folder; returns the row to store (recomputed metrics only). With
+    ``verify``, the run is first re-executed under the meter (:mod:`bench.verify`) and refused unless it
+    reproduces."""
     folder = Path(folder)
     check_submitter(submitter, notes)
     result = read_result(folder)
@@ -249,6 +251,12 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         if not isinstance(claimed, dict):
             raise SubmissionError(f"{source}: metrics_by_block[{block!r}] is not an object")
         check_claimed_metrics(claimed, scored[block], f"{source} metrics_by_block[{block!r}]")
+    if verify:
+        from bench.verify import verify as re_execute
+
+        verification = re_execute(folder, cache)
+        if not verification.passed:
+            raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
     return RunRow(
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
@@ -258,7 +266,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=scored)
+        submitted_at=_now(), metrics=scored, verified=verify)
 
 
 def _safe_member_name(name: str, archive: Path) -> str:

@@ -136,3 +136,20 @@ def test_concurrent_writers_lose_no_row_and_keep_the_database_intact(tmp_path):
     assert sorted(r.seed for r in stored if r.seed >= 0) == sorted(1000 * w + i for w in range(writers)
                                                                      for i in range(rows))
     assert all(r.metrics["all"]["w1"] == 0.4 for r in stored), "every run kept its metrics"
+
+
+def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verified_marks_the_row(tmp_path):
+    path = tmp_path / "db.sqlite"
+    raw = sqlite3.connect(path)
+    for statement in filter(str.strip, store.MIGRATIONS[0].split(";")):
+        raw.execute(statement)
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    with Store(path) as db:
+        assert db.schema_version == 2
+        db.insert([row(0)])
+        assert db.runs()[0].verified is False
+        added, present = db.insert([row(0, verified=True)])
+        assert (added, len(present)) == ([], 1)
+        assert db.runs()[0].verified is True

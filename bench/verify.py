@@ -1,0 +1,117 @@
+"""Re-execution of a claim: rerun a finished run under the meter and compare it with what it recorded.
+
+``python -m bench verify RUN_DIR`` reads the run's task, method, resolved configuration, budget and
+seed from ``result.json``, trains the method again under a fresh meter, and compares:
+
+- ``epochs_used`` and ``test_passes``: always exactly (the budget the run claims is the one it used);
+- the predictions, when the run's recorded environment (versions, platform, CPU, threads) is this
+  machine's: **bitwise**, since training is deterministic there;
+- otherwise the re-execution behaves like another seed, so the recorded predictive must be as close
+  to the re-execution as seed-to-seed variation allows: its distance to the re-execution (mean total
+  variation for classification, mean W1 for regression) at most ``CROSS_ENVIRONMENT_FACTOR`` times the
+  distance between two re-executions with different seeds (the recorded one and ``seed + 1``).
+
+This answers "the budget is self-reported": a run trained longer than it claims, or whose predictions
+were edited, does not reproduce. ``submit --verify`` verifies before inserting and the leaderboard
+marks verified runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from approximators import get_method
+from bench import metrics, records
+from bench.errors import BenchError, ConfigError
+from bench.runner import environment, execute, metered
+from bench.tasks import get_task
+
+CROSS_ENVIRONMENT_FACTOR = 2.0
+"""Another machine: recorded-to-rerun distance may be at most this times the rerun's seed-to-seed distance."""
+
+
+class VerificationError(BenchError):
+    """A run folder that cannot be re-executed (unreadable, another task version, an unknown setting)."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    folder: Path
+    mode: str
+    """``bitwise`` (the run's environment is this machine's) or ``cross-environment``."""
+    passed: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.folder}: {'verified' if self.passed else 'NOT VERIFIED'} ({self.mode}): {self.detail}"
+
+
+def _recorded(folder: Path) -> tuple[dict, np.ndarray]:
+    try:
+        result = json.loads((folder / records.RESULT).read_text())
+        with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
+            (key,) = npz.files
+            predictions = np.asarray(npz[key], dtype=np.float64)
+    except (OSError, ValueError, KeyError) as error:
+        raise VerificationError(f"{folder}: not a readable run folder ({error})") from None
+    missing = [k for k in ("task", "task_version", "task_fingerprint", "method", "budget", "seed", "config",
+                           "epochs_used", "test_passes") if k not in result]
+    if missing:
+        raise VerificationError(f"{folder}: {records.RESULT} lacks {', '.join(missing)}")
+    return result, predictions
+
+
+def _distance(kind: str, a: np.ndarray, b: np.ndarray) -> float:
+    return metrics.total_variation(a, b) if kind == "classification" else metrics.w1_distance(a, b)
+
+
+def verify(folder: Path, cache: Path | None = None) -> Verification:
+    """Re-executes the run in ``folder`` on the CPU and compares it with its record."""
+    folder = Path(folder)
+    result, recorded = _recorded(folder)
+    task = get_task(result["task"], cache)
+    if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
+        raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
+                                f"settings than this installation's version {task.version}; it cannot be re-executed")
+    method = get_method(result["method"])
+    try:
+        config = method.Config(**result["config"])
+    except TypeError as error:
+        raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ({error})") \
+            from None
+    seed = result["seed"]
+
+    def rerun(with_seed: int) -> tuple[np.ndarray, float, float]:
+        problem, data = metered(task, result["budget"])
+        predictions = execute(method, config, problem, data, with_seed)
+        return predictions, data.meter.epochs_used, data.meter.test_passes
+
+    predictions, epochs_used, test_passes = rerun(seed)
+    budget_problems = [f"{name} {claimed:g} recorded, {actual:g} re-executed"
+                       for name, claimed, actual in (("epochs_used", result["epochs_used"], epochs_used),
+                                                     ("test_passes", result["test_passes"], test_passes))
+                       if claimed != actual]
+    if predictions.shape != recorded.shape:
+        return Verification(folder, "bitwise", False, f"recorded predictions have shape {recorded.shape}, the "
+                                                      f"re-execution {predictions.shape}")
+    if result.get("environment") == environment():
+        differing = int(np.sum(predictions != recorded))
+        detail = ("predictions bitwise equal" if not differing else
+                  f"{differing} of {recorded.size} prediction values differ (largest by "
+                  f"{np.max(np.abs(predictions - recorded)):.3g})")
+        return Verification(folder, "bitwise", not differing and not budget_problems,
+                            "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}")
+    other, _, _ = rerun(seed + 1)
+    to_record = _distance(task.kind, recorded, predictions)
+    seed_to_seed = _distance(task.kind, other, predictions)
+    passed = to_record <= CROSS_ENVIRONMENT_FACTOR * seed_to_seed and not budget_problems
+    name = "TV" if task.kind == "classification" else "W1"
+    detail = (f"{name}(recorded, re-executed) = {to_record:.4g}, {name} between re-executions with seeds {seed} and "
+              f"{seed + 1} = {seed_to_seed:.4g} (allowed: x{CROSS_ENVIRONMENT_FACTOR:g})")
+    return Verification(folder, "cross-environment", passed,
+                        "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}")
+

@@ -1,0 +1,84 @@
+"""Re-execution of a claim: honest runs verify, altered predictions or budgets do not, on this machine
+(bitwise) and as if from another one (against the seed-to-seed distance)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from bench import records
+from bench.runner import RunSpec, run
+from bench.verify import verify
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("verify-runs")
+    for budget in (5, 100):
+        run(RunSpec(task="toy-gap", method="sgd", budget=budget, out=out))
+    return out / "toy-gap" / "sgd"
+
+
+@pytest.fixture
+def honest(runs, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(runs / "budget-5" / "seed-0", folder)
+    return folder
+
+
+def _edit_result(folder, **changes):
+    result = json.loads((folder / records.RESULT).read_text())
+    (folder / records.RESULT).write_text(json.dumps({**result, **changes}))
+
+
+def test_an_honest_run_verifies_bitwise(honest):
+    verification = verify(honest)
+    assert verification.passed and verification.mode == "bitwise" and "bitwise equal" in verification.detail
+
+
+def test_one_altered_prediction_fails_bitwise(honest):
+    with np.load(honest / records.PREDICTIONS) as npz:
+        samples = npz["samples"].copy()
+    samples[7, 3] += 1e-6
+    records.write_run(honest, "samples", samples, json.loads((honest / records.RESULT).read_text()))
+    verification = verify(honest)
+    assert not verification.passed and "1 of 121000 prediction values differ" in verification.detail
+
+
+def test_a_wrong_epochs_claim_fails(honest):
+    _edit_result(honest, epochs_used=4.0)
+    verification = verify(honest)
+    assert not verification.passed and "epochs_used 4 recorded, 5 re-executed" in verification.detail
+
+
+def test_from_another_environment_honest_passes_and_a_longer_trained_predictive_fails(runs, honest):
+    _edit_result(honest, environment={"cpu": "another machine"})
+    verification = verify(honest)
+    assert verification.passed and verification.mode == "cross-environment"
+    shutil.copy(runs / "budget-100" / "seed-0" / records.PREDICTIONS, honest / records.PREDICTIONS)
+    verification = verify(honest)
+    assert not verification.passed and "W1(recorded, re-executed)" in verification.detail
+
+
+def test_cli_verify_and_submit_verify_mark_the_leaderboard(runs, honest, tmp_path, run_cli):
+    code, out, _ = run_cli("verify", honest)
+    assert code == 0 and "1 of 1 runs verified" in out
+    db = tmp_path / "board.sqlite"
+    code, out, err = run_cli("submit", honest, "--db", db, "--name", "alice", "--verify")
+    assert code == 0, err
+    code, out, _ = run_cli("leaderboard", "--db", db, "--format", "csv")
+    assert code == 0 and out.splitlines()[0].count("verified_seeds") == 1
+    assert out.splitlines()[2].split(",")[out.splitlines()[0].split(",").index("verified_seeds")] == "1"
+
+    _edit_result(honest, epochs_used=4.0)
+    code, out, _ = run_cli("verify", honest)
+    assert code == 1 and "NOT VERIFIED" in out
+    code, _, err = run_cli("submit", honest, "--db", tmp_path / "other.sqlite", "--name", "bob", "--verify")
+    assert code == 2 and "does not reproduce" in err and err.count("\n") == 1
+
+
+def test_a_competition_zip_cannot_be_verified(tmp_path, run_cli):
+    code, _, err = run_cli("submit", tmp_path / "s.zip", "--method", "m", "--budget", "10", "--verify",
+                           "--db", tmp_path / "db.sqlite")
+    assert code == 2 and "cannot be re-executed" in err
