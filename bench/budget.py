@@ -32,6 +32,12 @@ import torch
 from bench.errors import BudgetExhausted, MeterMisuse
 
 
+def _assign(obj, **values) -> None:
+    """Sets attributes of the read-only meter classes from inside (their ``__setattr__`` refuses everyone)."""
+    for name, value in values.items():
+        object.__setattr__(obj, name, value)
+
+
 def _count(value, what: str, minimum: int) -> int:
     """``value`` as an int of at least ``minimum``; bools, floats and tensors of another kind are refused."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
@@ -57,9 +63,8 @@ class BudgetMeter:
             raise BudgetExhausted(f"the budget must be a positive number of epochs, got {budget_epochs}")
         n_train = _count(n_train, "n_train", 1)
         limit = math.floor(float(budget_epochs) * n_train + 1e-9)
-        for name, value in (("_budget_epochs", float(budget_epochs)), ("_n_train", n_train), ("_limit", limit),
-                            ("_examples", 0), ("_test_examples", 0), ("_n_test", 0)):
-            object.__setattr__(self, name, value)
+        _assign(self, _budget_epochs=float(budget_epochs), _n_train=n_train, _limit=limit, _examples=0,
+                _test_examples=0, _n_test=0)
 
     def __setattr__(self, name, value):
         raise MeterMisuse(f"the budget meter is read-only (tried to set {name!r}); it changes only by charging")
@@ -96,15 +101,14 @@ class BudgetMeter:
             raise BudgetExhausted(
                 f"over budget: {self.epochs_used:.3f} of {self._budget_epochs:g} epochs used, "
                 f"asked for {n_examples / self._n_train:.3f} more")
-        object.__setattr__(self, "_examples", self._examples + n_examples)
+        _assign(self, _examples=self._examples + n_examples)
 
     def record_test_pass(self, n_rows: int, n_test: int) -> None:
         """Reports ``n_rows`` test rows evaluated (all members counted) on a test set of ``n_test`` rows."""
         n_rows, n_test = _count(n_rows, "test rows", 1), _count(n_test, "the test set size", 1)
         if self._n_test and n_test != self._n_test:
             raise MeterMisuse(f"test passes were reported on {self._n_test} test rows, now on {n_test}")
-        object.__setattr__(self, "_n_test", n_test)
-        object.__setattr__(self, "_test_examples", self._test_examples + n_rows)
+        _assign(self, _n_test=n_test, _test_examples=self._test_examples + n_rows)
 
     def summary(self) -> dict:
         return {"budget": self._budget_epochs, "epochs_used": self.epochs_used,
@@ -124,8 +128,7 @@ class MeteredData:
         if x.shape[0] != y.shape[0] or x.shape[0] != meter.n_train:
             raise ValueError(f"inputs ({x.shape[0]} rows), targets ({y.shape[0]}) and the meter's N_train "
                              f"({meter.n_train}) disagree")
-        for name, value in (("_x", x), ("_y", y), ("_meter", meter)):
-            object.__setattr__(self, name, value)
+        _assign(self, _x=x, _y=y, _meter=meter)
 
     def __setattr__(self, name, value):
         raise MeterMisuse(f"metered data are read-only (tried to set {name!r})")

@@ -101,11 +101,11 @@ def _prepare(spec: RunSpec, device: torch.device) -> tuple[Problem, MeteredData]
 def run(spec: RunSpec) -> dict:
     """Runs one (task, method, budget, seed); returns the result record it wrote."""
     method = get_method(spec.method)
-    config = resolve_config(method, get_task(spec.task, spec.cache).name, dict(spec.overrides))
     device = resolve_device(spec.device)
-    folder = records.run_folder(spec.out, spec.task, method.name, spec.budget, spec.seed)
-    records.check_writable(folder, spec.force)
     problem, data = _prepare(spec, device)
+    config = resolve_config(method, problem.task, dict(spec.overrides))
+    folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
+    records.check_writable(folder, spec.force)
     started = time.perf_counter()
     predictions = execute(method, config, problem, data, spec.seed)
     wall = time.perf_counter() - started
@@ -113,6 +113,7 @@ def run(spec: RunSpec) -> dict:
     task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned
     reference = load_reference(task)
     overall, by_block = score(task, predictions, reference)
+    env = environment()
     result = {
         "task": task.name,
         "task_version": task.version,
@@ -128,9 +129,8 @@ def run(spec: RunSpec) -> dict:
         "wall_seconds": round(wall, 3),
         "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         "config": asdict(config),
-        "versions": {"bdl-bench": bench.__version__, "torch": torch.__version__,
-                     "numpy": np.__version__, "python": platform.python_version()},
-        "environment": environment(),
+        "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
+        "environment": env,
         "reference": {"sha256": reference.sha256, "key": reference.key},
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -18,7 +18,6 @@ marks verified runs.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +51,7 @@ class Verification:
 
 def _recorded(folder: Path) -> tuple[dict, np.ndarray]:
     try:
-        result = json.loads((folder / records.RESULT).read_text())
+        result = records.read_result(folder)
         with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
             (key,) = npz.files
             predictions = np.asarray(npz[key], dtype=np.float64)

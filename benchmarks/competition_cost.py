@@ -23,8 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cost import plain_sgd_epoch  # noqa: E402
 
 from approximators import METHODS, resolve_config  # noqa: E402
-from approximators.base import Problem  # noqa: E402
-from bench.budget import BudgetMeter, MeteredData  # noqa: E402
+from bench.runner import metered  # noqa: E402
 from bench.tasks import Task  # noqa: E402
 from bench.tasks.competition import IMDB_VOCABULARY, SPECS  # noqa: E402
 
@@ -48,13 +47,12 @@ def method_epoch(task: Task, method: str, members: int, device: torch.device) ->
     cls = METHODS[method]
     overrides = {"members": str(members)} if method == "de" else {}
     config = resolve_config(cls, task.name, overrides)
-    meter = BudgetMeter(2 * members, task.n_train)
+    problem, data = metered(task, 2 * members, device)
     started = time.perf_counter()
-    cls(config).fit(Problem.for_task(task, meter, device), MeteredData(task.x_train, task.y_train, meter),
-                    torch.Generator().manual_seed(0))
+    cls(config).fit(problem, data, torch.Generator().manual_seed(0))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - started) / meter.epochs_used
+    return (time.perf_counter() - started) / data.meter.epochs_used
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ import torch
 from tabulate import tabulate
 
 from approximators import METHODS, resolve_config
-from approximators.base import Problem, member_seeds
-from bench.budget import BudgetMeter, MeteredData
+from approximators.base import member_seeds
 from bench.functional import ParameterLayout, StackedModel, seeded_module
+from bench.runner import metered
 from bench.tasks import get_task, task_names
 from reference.generate import task_target
 
@@ -55,11 +55,10 @@ def run_method(task, name: str, budget: float, overrides: dict[str, str] | None 
     """Wall seconds of a method's ``fit`` (training and predictive) and the epochs it was charged."""
     cls = METHODS[name]
     config = resolve_config(cls, task.name, overrides)
-    meter = BudgetMeter(budget, task.n_train)
-    problem = Problem.for_task(task, meter)
+    problem, data = metered(task, budget)
     started = time.perf_counter()
-    cls(config).fit(problem, MeteredData(task.x_train, task.y_train, meter), torch.Generator().manual_seed(0))
-    return time.perf_counter() - started, meter.epochs_used
+    cls(config).fit(problem, data, torch.Generator().manual_seed(0))
+    return time.perf_counter() - started, data.meter.epochs_used
 
 
 def hmc_gradients_per_second(task, n_chains: int, evaluations: int = 200) -> float:
