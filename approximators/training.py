@@ -18,18 +18,16 @@ training call, and optimiser state starts fresh at every call.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
+from approximators import engine
+from approximators.engine import KeepBest, Objective, steps_per_epoch
+from approximators.updates import Adam, cosine_schedule
 from bench.budget import MeteredData
 from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import Likelihood
-
-
-VALIDATION_CHUNK = 1024
-"""Validation rows evaluated at once by all members (bounds memory, not results)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,8 @@ def train_members(
     anchors: dict[str, torch.Tensor] | None = None,
     split: "ValidationSplit | None" = None,
 ) -> dict[str, torch.Tensor]:
-    """Trains K stacked members for ``epochs`` epochs each (charging K * epochs epochs to the meter).
+    """Trains K stacked members for ``epochs`` epochs each (charging K * epochs epochs to the meter)
+    with Adam and the cosine schedule, on :mod:`approximators.engine`.
 
     ``params`` and ``anchors`` are ``{name: (K, *shape)}``; ``seeds`` (K of them) fix each member's
     minibatch order. With a ``split``, members train on its ``fit`` rows, are evaluated on its
@@ -77,34 +76,17 @@ def train_members(
     best-validation weights are returned; one epoch then still reads every training example once
     and is charged exactly one epoch. Returns parameters, detached, on the data's device.
     """
-    k = len(seeds)
-    if len(next(iter(params.values()))) != k:
-        raise ValueError("one minibatch-order seed per member is needed")
+    layout = model.layout
+    flat_anchors = None if anchors is None else layout.flatten(anchors).to(data.device)
+    objective = Objective(model, likelihood, prior_variance, data.n_train, flat_anchors)
     rows = split.fit if split is not None else torch.arange(data.n_train)
-    n, batch = data.n_train, schedule.batch_size
-    params = {name: p.detach().clone().to(data.device).requires_grad_(True) for name, p in params.items()}
-    optimiser = torch.optim.Adam(params.values(), lr=schedule.lr, betas=(schedule.beta1, schedule.beta2))
-    steps = epochs * math.ceil(len(rows) / batch)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(steps, 1), eta_min=schedule.min_lr)
-    shufflers = [torch.Generator().manual_seed(s) for s in seeds]
-    best = best_loss = None
-    for _ in range(epochs):
-        order = rows[torch.stack([torch.randperm(len(rows), generator=g) for g in shufflers])]
-        for start in range(0, len(rows), batch):
-            x, y = data.batch(order[:, start:start + batch])
-            outputs = model(params, x, shared_input=False)
-            mean_log_lik = likelihood.log_prob(outputs, y).mean(-1)
-            log_prior = sum(_member_sq_distance(p, anchors[name] if anchors else None)
-                            for name, p in params.items()) * (-0.5 / prior_variance)
-            loss = -(mean_log_lik + log_prior / n).sum()
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            scheduler.step()
-        if split is not None:
-            best, best_loss = _keep_best(model, params, data, likelihood, split, best, best_loss)
-    final = best if best is not None else params
-    return {name: p.detach() for name, p in final.items()}
+    steps = epochs * steps_per_epoch(len(rows), schedule.batch_size)
+    rule = Adam(cosine_schedule(schedule.lr, schedule.min_lr, steps), schedule.beta1, schedule.beta2)
+    keep_best = KeepBest(objective, data, split.validation) if split is not None else None
+    state = engine.run(objective, rule, layout.flatten(params), data, epochs, schedule.batch_size, seeds,
+                       rows=rows, on_epoch=keep_best)
+    final = keep_best.params if keep_best is not None and keep_best.params is not None else state.params
+    return layout.unflatten(final.detach())
 
 
 @dataclass(frozen=True)
@@ -124,26 +106,3 @@ class ValidationSplit:
             raise ValueError(f"validation fraction {fraction} leaves no training rows")
         order = torch.randperm(n_train, generator=generator)
         return cls(fit=order[n_validation:], validation=order[:n_validation])
-
-
-def _keep_best(model, params, data, likelihood, split, best, best_loss):
-    """Evaluates every member on the validation rows (charged) and keeps each one's best weights."""
-    k = next(iter(params.values())).shape[0]
-    x, y = data.shared_batch(split.validation, copies=k)
-    with torch.no_grad():  # in chunks of rows: a CIFAR-10 validation set through K ResNets at once is gigabytes
-        loss = -torch.cat([likelihood.log_prob(model(params, x[i:i + VALIDATION_CHUNK], shared_input=True),
-                                               y[i:i + VALIDATION_CHUNK])
-                           for i in range(0, len(y), VALIDATION_CHUNK)], dim=-1).mean(-1)
-        if best is None:
-            return {n: p.detach().clone() for n, p in params.items()}, loss
-        improved = loss < best_loss
-        for name, p in params.items():
-            mask = improved.view(-1, *([1] * (p.dim() - 1)))
-            best[name] = torch.where(mask, p.detach(), best[name])
-        return best, torch.where(improved, loss, best_loss)
-
-
-def _member_sq_distance(p: torch.Tensor, anchor: torch.Tensor | None) -> torch.Tensor:
-    """Squared distance of each member's parameter tensor to its anchor (or zero): ``(K,)``."""
-    diff = p if anchor is None else p - anchor.to(p.device)
-    return diff.square().flatten(1).sum(1)

@@ -48,12 +48,9 @@ class ParameterLayout:
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``(K, D)`` -> ``{name: (K, *shape)}`` as views of ``flat``."""
-        out, start = {}, 0
-        for name, shape in zip(self.names, self.shapes):
-            stop = start + shape.numel()
-            out[name] = flat[:, start:stop].view(flat.shape[0], *shape)
-            start = stop
-        return out
+        # split, not slicing: its backward is one concatenation, where each slice's would fill a (K, D) zero tensor
+        chunks = flat.split([shape.numel() for shape in self.shapes], dim=1)
+        return {name: chunk.view(flat.shape[0], *shape) for name, shape, chunk in zip(self.names, self.shapes, chunks)}
 
 
 class StackedModel:

@@ -1,10 +1,10 @@
-"""The training engine: anchored MAP with a validation split in closed form, best-validation selection."""
+"""MAP training with Adam on the engine: anchored MAP with a validation split in closed form; validation split sizes."""
 
 import pytest
 import torch
 from torch import nn
 
-from approximators.training import AdamConfig, ValidationSplit, _keep_best, initial_members, train_members
+from approximators.training import AdamConfig, ValidationSplit, initial_members, train_members
 from bench.budget import BudgetMeter, MeteredData
 from bench.functional import StackedModel
 from bench.likelihoods import FixedNoiseGaussian
@@ -46,29 +46,6 @@ def test_anchored_map_with_a_validation_split_is_the_full_data_posterior_mode():
     found = torch.cat([trained["0.weight"][0, 0], trained["0.bias"][0]]).double()
     torch.testing.assert_close(found, mode, atol=atol, rtol=0)
     assert meter.epochs_used == 600, "an epoch reads the fit rows and the validation rows once: one epoch"
-
-
-def test_best_validation_selection_keeps_each_members_lowest_loss():
-    """Three candidate weight sets per member, offered in turn: each member keeps its own best one."""
-    d, n = 2, 20
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(n, d, generator=g)
-    y = x @ torch.tensor([1.0, -1.0])
-    split = ValidationSplit.random(n, 0.5, torch.Generator().manual_seed(4))
-    model, likelihood = StackedModel(_linear(d)()), FixedNoiseGaussian(1.0)
-    truth = torch.tensor([1.0, -1.0])
-    # member 0 is best at the second candidate, member 1 at the third; the first is worst for both.
-    offsets = [(3.0, 3.0), (0.0, 1.0), (1.0, 0.0)]
-    data = MeteredData(x, y, BudgetMeter(10, n))
-    best = best_loss = None
-    for off0, off1 in offsets:
-        weight = torch.stack([truth + off0, truth + off1]).view(2, 1, d)
-        params = {"0.weight": weight, "0.bias": torch.zeros(2, 1)}
-        best, best_loss = _keep_best(model, params, data, likelihood, split, best, best_loss)
-    torch.testing.assert_close(best["0.weight"][0, 0], truth)
-    torch.testing.assert_close(best["0.weight"][1, 0], truth)
-    at_the_truth = 0.5 * torch.log(torch.tensor(2 * torch.pi))  # mean NLL of a zero residual, unit noise
-    torch.testing.assert_close(best_loss, at_the_truth.expand(2), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("fraction, expected", [(0.1, 4), (0.0, None)])

@@ -1,0 +1,144 @@
+r"""The training engine: the one metered, vectorised minibatch loop that every method drives.
+
+K members (ensemble members, SWAG runs, sampler chains) of one architecture train together. Their
+parameters are one flat tensor ``(K, D)`` (:class:`bench.functional.ParameterLayout` gives the
+per-layer views the forward pass needs). Member k's objective is the negative log posterior per
+training example,
+
+    U_k(theta) = -[ (1/B) sum_{i in batch_k} log p(y_i | x_i, theta) + log N(theta; a_k, v I) / N_train ],
+
+the full-data negative log posterior -(log p(D | theta) + log N(theta; a_k, v I)) divided by the
+constant N_train, estimated on member k's minibatch (anchors a_k = 0: the task's prior N(0, v I)).
+A sampler's gradient of the log posterior is therefore ``-N_train * grad U_k``.
+
+Every epoch each member draws its own permutation of the training rows from its own generator
+(so a member's run does not depend on how many members train with it) and reads them through the
+meter in minibatches; one vectorised forward and backward pass gives all K gradients (the loss is
+the sum of the members' objectives, and member k's parameters enter only its own term). The
+update rule (:mod:`approximators.updates`) then maps ``(state, grads, step) -> state``.
+
+Hooks: ``on_step(state, step)`` runs after every update, ``on_epoch(state, epoch)`` after every
+epoch. :class:`KeepBest` is such an epoch hook: it evaluates every member on held-out training
+rows (charged) and keeps each member's best weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import torch
+
+from bench.budget import MeteredData
+from bench.functional import StackedModel
+from bench.likelihoods import Likelihood
+
+VALIDATION_CHUNK = 1024
+"""Validation rows evaluated at once by all members (bounds memory, not results)."""
+
+
+class UpdateRule(Protocol):
+    """A functional update over stacked parameters ``(K, D)``, in the style of optax and posteriors.
+
+    ``init(params)`` returns a state with a ``params`` field (the ``(K, D)`` tensor the engine
+    differentiates, a leaf that requires grad) and whatever buffers the rule needs;
+    ``update(state, grads, step)`` applies step ``step`` (0-based, counted within one engine run)
+    and returns the state. Buffers are updated in place (no per-step allocation): a caller that
+    keeps a state across steps clones it.
+    """
+
+    def init(self, params: torch.Tensor) -> Any: ...
+
+    def update(self, state: Any, grads: torch.Tensor, step: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The K members' negative log posterior per training example (see the module docstring).
+
+    ``anchors`` ``(K, D)`` or None (the prior's mean, zero).
+    """
+
+    model: StackedModel
+    likelihood: Likelihood
+    prior_variance: float
+    n_train: int
+    anchors: torch.Tensor | None = None
+
+    def loss(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """sum_k U_k for parameters ``(K, D)`` on per-member minibatches ``x`` ``(K, B, ...)``, ``y`` ``(K, B)``."""
+        outputs = self.model(self.model.layout.unflatten(params), x, shared_input=False)
+        mean_log_lik = self.likelihood.log_prob(outputs, y).mean(-1)
+        diff = params if self.anchors is None else params - self.anchors
+        log_prior = diff.square().sum(1) * (-0.5 / self.prior_variance)
+        return -(mean_log_lik + log_prior / self.n_train).sum()
+
+
+def steps_per_epoch(n_rows: int, batch_size: int) -> int:
+    return math.ceil(n_rows / batch_size)
+
+
+def run(
+    objective: Objective,
+    rule: UpdateRule,
+    params: torch.Tensor,
+    data: MeteredData,
+    epochs: int,
+    batch_size: int,
+    seeds: list[int],
+    rows: torch.Tensor | None = None,
+    on_step: Callable[[Any, int], None] | None = None,
+    on_epoch: Callable[[Any, int], None] | None = None,
+) -> Any:
+    """Trains K members ``params`` ``(K, D)`` for ``epochs`` epochs each over ``rows`` (all training
+    rows by default), charging ``K * epochs * len(rows)`` examples; returns the rule's final state.
+
+    ``seeds`` (K of them) fix each member's minibatch order. The last minibatch of an epoch is
+    short when ``batch_size`` does not divide ``len(rows)``.
+    """
+    k = params.shape[0]
+    if len(seeds) != k:
+        raise ValueError("one minibatch-order seed per member is needed")
+    rows = torch.arange(data.n_train) if rows is None else rows
+    state = rule.init(params.detach().clone().to(data.device).requires_grad_(True))
+    shufflers = [torch.Generator().manual_seed(s) for s in seeds]
+    step = 0
+    for epoch in range(epochs):
+        order = rows[torch.stack([torch.randperm(len(rows), generator=g) for g in shufflers])]
+        for start in range(0, len(rows), batch_size):
+            x, y = data.batch(order[:, start:start + batch_size])
+            (grads,) = torch.autograd.grad(objective.loss(state.params, x, y), state.params)
+            state = rule.update(state, grads, step)
+            if on_step is not None:
+                on_step(state, step)
+            step += 1
+        if on_epoch is not None:
+            on_epoch(state, epoch)
+    return state
+
+
+class KeepBest:
+    """Epoch hook: evaluates every member on the ``validation`` rows (mean negative log-likelihood,
+    charged: K members read them) and keeps each member's best weights in :attr:`params` ``(K, D)``."""
+
+    def __init__(self, objective: Objective, data: MeteredData, validation: torch.Tensor):
+        self.objective, self.data, self.validation = objective, data, validation
+        self.params: torch.Tensor | None = None
+        self.loss: torch.Tensor | None = None
+
+    def __call__(self, state: Any, epoch: int) -> None:
+        params = state.params.detach()
+        model, likelihood = self.objective.model, self.objective.likelihood
+        x, y = self.data.shared_batch(self.validation, copies=params.shape[0])
+        members = model.layout.unflatten(params)
+        with torch.no_grad():  # in chunks of rows: a CIFAR-10 validation set through K ResNets at once is gigabytes
+            loss = -torch.cat([likelihood.log_prob(model(members, x[i:i + VALIDATION_CHUNK], shared_input=True),
+                                                   y[i:i + VALIDATION_CHUNK])
+                               for i in range(0, len(y), VALIDATION_CHUNK)], dim=-1).mean(-1)
+        if self.params is None:
+            self.params, self.loss = params.clone(), loss
+            return
+        improved = loss < self.loss
+        self.params = torch.where(improved.unsqueeze(1), params, self.params)
+        self.loss = torch.where(improved, loss, self.loss)

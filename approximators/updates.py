@@ -1,0 +1,166 @@
+r"""Update rules of the training engine: ``init(params) -> state``, ``update(state, grads, step) -> state``.
+
+Every rule works on stacked parameters ``(K, D)`` and is element-wise, so one rule over the stack
+is exactly K independent rules. ``g`` below is the engine's gradient of the per-example negative
+log posterior U (:mod:`approximators.engine`); the stochastic-gradient estimate of the full-data
+log posterior's gradient is ``-N g`` (N = N_train). A schedule is the sequence of step sizes
+indexed by the step, built once per engine run (no per-step scheduler object). Buffers are updated
+in place under ``torch.no_grad``; the returned state is the same object.
+
+Randomness: a sampler draws member k's noise from member k's own generator (on the parameters'
+device), so K chains run together equal the same chains run alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+def cosine_schedule(lr: float, min_lr: float, steps: int) -> list[float]:
+    """Cosine decay from ``lr`` to ``min_lr`` over ``steps`` steps, computed by the same recursion as
+    ``torch.optim.lr_scheduler.CosineAnnealingLR`` (so the rates agree with it to the last bit):
+
+        lr_0 = lr,   lr_t = (1 + cos(pi t / T)) / (1 + cos(pi (t - 1) / T)) (lr_{t-1} - min_lr) + min_lr.
+    """
+    horizon = max(steps, 1)
+    rates = [lr]
+    for t in range(1, steps):
+        rates.append((1 + math.cos(math.pi * t / horizon)) / (1 + math.cos(math.pi * (t - 1) / horizon))
+                     * (rates[-1] - min_lr) + min_lr)
+    return rates
+
+
+@dataclass
+class AdamState:
+    params: torch.Tensor
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    denom: torch.Tensor
+
+
+class Adam:
+    r"""Adam (Kingma & Ba 2015) with a step-size schedule, operation for operation as ``torch.optim.Adam``
+    (no weight decay: the prior is in the objective):
+
+        m <- beta1 m + (1 - beta1) g,   s <- beta2 s + (1 - beta2) g^2,
+        theta <- theta - lr_t / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps).
+    """
+
+    def __init__(self, schedule: Sequence[float], beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8):
+        self.schedule, self.beta1, self.beta2, self.eps = schedule, beta1, beta2, eps
+
+    def init(self, params: torch.Tensor) -> AdamState:
+        zeros = lambda: torch.zeros_like(params, memory_format=torch.preserve_format)  # noqa: E731
+        return AdamState(params, zeros(), zeros(), zeros())
+
+    def update(self, state: AdamState, grads: torch.Tensor, step: int) -> AdamState:
+        count = float(step + 1)
+        with torch.no_grad():
+            state.exp_avg.lerp_(grads, 1 - self.beta1)
+            state.exp_avg_sq.mul_(self.beta2).addcmul_(grads, grads, value=1 - self.beta2)
+            step_size = self.schedule[step] / (1 - self.beta1**count)
+            torch.sqrt(state.exp_avg_sq, out=state.denom)
+            state.denom.div_((1 - self.beta2**count) ** 0.5).add_(self.eps)
+            state.params.addcdiv_(state.exp_avg, state.denom, value=-step_size)
+        return state
+
+
+@dataclass
+class MomentumState:
+    params: torch.Tensor
+    velocity: torch.Tensor
+
+
+class SGD:
+    r"""SGD with heavy-ball momentum, as ``torch.optim.SGD`` (no dampening, no weight decay: the prior
+    is in the objective):
+
+        b <- mu b + g  (b = g at the first step),   theta <- theta - lr_t b.
+    """
+
+    def __init__(self, schedule: Sequence[float], momentum: float = 0.9):
+        self.schedule, self.momentum = schedule, momentum
+
+    def init(self, params: torch.Tensor) -> MomentumState:
+        return MomentumState(params, torch.zeros_like(params))
+
+    def update(self, state: MomentumState, grads: torch.Tensor, step: int) -> MomentumState:
+        with torch.no_grad():
+            if step == 0:
+                state.velocity.copy_(grads)
+            else:
+                state.velocity.mul_(self.momentum).add_(grads)
+            state.params.add_(state.velocity, alpha=-self.schedule[step])
+        return state
+
+
+@dataclass
+class LangevinState:
+    params: torch.Tensor
+    velocity: torch.Tensor
+    noise: torch.Tensor
+
+
+def _fill_noise(noise: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """Standard normal noise ``(K, D)``, row k from generator k."""
+    for row, generator in zip(noise, generators):
+        torch.randn(row.shape, generator=generator, out=row, device=row.device, dtype=row.dtype)
+    return noise
+
+
+class SGLD:
+    r"""Stochastic gradient Langevin dynamics (Welling & Teh 2011) at temperature 1:
+
+        theta <- theta + (eps_t / 2) (-N g) + sqrt(eps_t) z,   z ~ N(0, I),
+
+    ``eps_t`` from the schedule (posterior units: the step of the full-data log posterior).
+    ``noisy[t]`` False turns step t into plain gradient descent with step eps_t / 2 on the log
+    posterior (the exploration stage of cyclical SG-MCMC).
+    """
+
+    def __init__(self, schedule: Sequence[float], n_train: int, generators: list[torch.Generator],
+                 noisy: Sequence[bool] | None = None):
+        self.schedule, self.n_train, self.generators, self.noisy = schedule, n_train, generators, noisy
+
+    def init(self, params: torch.Tensor) -> LangevinState:
+        return LangevinState(params, torch.zeros(0), torch.empty_like(params))
+
+    def update(self, state: LangevinState, grads: torch.Tensor, step: int) -> LangevinState:
+        eps = self.schedule[step]
+        with torch.no_grad():
+            state.params.add_(grads, alpha=-0.5 * eps * self.n_train)
+            if self.noisy is None or self.noisy[step]:
+                state.params.add_(_fill_noise(state.noise, self.generators), alpha=math.sqrt(eps))
+        return state
+
+
+class SGHMC:
+    r"""Stochastic gradient Hamiltonian Monte Carlo (Chen et al. 2014) in the form cyclical SG-MCMC
+    (Zhang et al. 2020) uses, with friction ``alpha`` (1 - momentum), at temperature 1:
+
+        v <- (1 - alpha) v + eta_t (-N g) + sqrt(2 alpha eta_t) z,   theta <- theta + v,
+
+    ``eta_t`` from the schedule (posterior units). ``noisy[t]`` False drops the noise at step t
+    (momentum SGD on the log posterior: the exploration stage).
+    """
+
+    def __init__(self, schedule: Sequence[float], n_train: int, generators: list[torch.Generator],
+                 alpha: float = 0.1, noisy: Sequence[bool] | None = None):
+        self.schedule, self.n_train, self.generators = schedule, n_train, generators
+        self.alpha, self.noisy = alpha, noisy
+
+    def init(self, params: torch.Tensor) -> LangevinState:
+        return LangevinState(params, torch.zeros_like(params), torch.empty_like(params))
+
+    def update(self, state: LangevinState, grads: torch.Tensor, step: int) -> LangevinState:
+        eta = self.schedule[step]
+        with torch.no_grad():
+            state.velocity.mul_(1 - self.alpha).add_(grads, alpha=-eta * self.n_train)
+            if self.noisy is None or self.noisy[step]:
+                state.velocity.add_(_fill_noise(state.noise, self.generators), alpha=math.sqrt(2 * self.alpha * eta))
+            state.params.add_(state.velocity)
+        return state
