@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from approximators.anchored import AnchoredEnsemble
+from approximators.csgmcmc import CyclicalSGMCMC
 from approximators.base import Approximator, Problem, resolve_config
 from approximators.map import MAP, DeepEnsemble
 from approximators.sae import SequentialAnchoredEnsemble
+from approximators.sgld import StochasticGradientLangevin
+from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
 from bench.errors import ConfigError
 
-METHODS: dict[str, type[Approximator]] = {m.name: m for m in (MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble)}
+METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
+    MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
+    StochasticGradientLangevin, CyclicalSGMCMC)}
 
 
 def get_method(name: str) -> type[Approximator]:

@@ -130,6 +130,8 @@ class Approximator:
     def __init__(self, config):
         self.config = config
         self._predictive: np.ndarray | None = None
+        self.report: dict = {}
+        """What the run should know about how the method spent its budget (stored in the result record)."""
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         raise NotImplementedError

@@ -18,7 +18,7 @@ the sum of the members' objectives, and member k's parameters enter only its own
 update rule (:mod:`approximators.updates`) then maps ``(state, grads, step) -> state``.
 
 Hooks: ``on_step(state, step)`` runs after every update, ``on_epoch(state, epoch)`` after every
-epoch. :class:`KeepBest` is such an epoch hook: it evaluates every member on held-out training
+epoch. Non-finite parameters at the end of an epoch stop the run with :class:`TrainingDiverged`. :class:`KeepBest` is such an epoch hook: it evaluates every member on held-out training
 rows (charged) and keeps each member's best weights.
 """
 
@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from bench.budget import MeteredData
+from bench.errors import TrainingDiverged
 from bench.functional import StackedModel
 from bench.likelihoods import Likelihood
 
@@ -113,6 +114,9 @@ def run(
             if on_step is not None:
                 on_step(state, step)
             step += 1
+        if not bool(torch.isfinite(state.params).all()):  # once per epoch: a NaN sample would poison the average
+            raise TrainingDiverged(f"training diverged in epoch {epoch + 1}: non-finite parameters; lower the step "
+                                   f"size (--set lr=...)")
         if on_epoch is not None:
             on_epoch(state, epoch)
     return state

@@ -8,7 +8,7 @@ indexed by the step, built once per engine run (no per-step scheduler object). B
 in place under ``torch.no_grad``; the returned state is the same object.
 
 Randomness: a sampler draws member k's noise from member k's own generator (on the parameters'
-device), so K chains run together equal the same chains run alone.
+device) through a :class:`NoiseStream`, so K chains run together equal the same chains run alone.
 """
 
 from __future__ import annotations
@@ -102,14 +102,36 @@ class SGD:
 class LangevinState:
     params: torch.Tensor
     velocity: torch.Tensor
-    noise: torch.Tensor
+    noise: NoiseStream
 
 
-def _fill_noise(noise: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-    """Standard normal noise ``(K, D)``, row k from generator k."""
-    for row, generator in zip(noise, generators):
-        torch.randn(row.shape, generator=generator, out=row, device=row.device, dtype=row.dtype)
-    return noise
+NOISE_BLOCK_VALUES = 2**20
+"""Noise values drawn per generator call, at most (and at most ``NOISE_BLOCK_STEPS`` steps): small
+models draw a block of steps at once instead of paying a call per chain per step."""
+NOISE_BLOCK_STEPS = 64
+
+
+class NoiseStream:
+    """Standard normal noise ``(K, D)`` per step, row k from generator k alone.
+
+    Generator k fills a block of ``steps`` rows ``(steps, D)`` per call, where ``steps`` depends on D
+    only; so a chain's noise is the same whether it runs alone or with others.
+    """
+
+    def __init__(self, generators: list[torch.Generator], like: torch.Tensor):
+        k, dim = like.shape
+        self.generators = generators
+        self.buffer = torch.empty(k, max(1, min(NOISE_BLOCK_STEPS, NOISE_BLOCK_VALUES // dim)), dim,
+                                  dtype=like.dtype, device=like.device)
+        self.position = self.buffer.shape[1]
+
+    def next(self) -> torch.Tensor:
+        if self.position == self.buffer.shape[1]:
+            for block, generator in zip(self.buffer, self.generators):
+                torch.randn(block.shape, generator=generator, out=block)
+            self.position = 0
+        self.position += 1
+        return self.buffer[:, self.position - 1]
 
 
 class SGLD:
@@ -127,14 +149,14 @@ class SGLD:
         self.schedule, self.n_train, self.generators, self.noisy = schedule, n_train, generators, noisy
 
     def init(self, params: torch.Tensor) -> LangevinState:
-        return LangevinState(params, torch.zeros(0), torch.empty_like(params))
+        return LangevinState(params, torch.zeros(0), NoiseStream(self.generators, params))
 
     def update(self, state: LangevinState, grads: torch.Tensor, step: int) -> LangevinState:
         eps = self.schedule[step]
         with torch.no_grad():
             state.params.add_(grads, alpha=-0.5 * eps * self.n_train)
             if self.noisy is None or self.noisy[step]:
-                state.params.add_(_fill_noise(state.noise, self.generators), alpha=math.sqrt(eps))
+                state.params.add_(state.noise.next(), alpha=math.sqrt(eps))
         return state
 
 
@@ -154,13 +176,13 @@ class SGHMC:
         self.alpha, self.noisy = alpha, noisy
 
     def init(self, params: torch.Tensor) -> LangevinState:
-        return LangevinState(params, torch.zeros_like(params), torch.empty_like(params))
+        return LangevinState(params, torch.zeros_like(params), NoiseStream(self.generators, params))
 
     def update(self, state: LangevinState, grads: torch.Tensor, step: int) -> LangevinState:
         eta = self.schedule[step]
         with torch.no_grad():
             state.velocity.mul_(1 - self.alpha).add_(grads, alpha=-eta * self.n_train)
             if self.noisy is None or self.noisy[step]:
-                state.velocity.add_(_fill_noise(state.noise, self.generators), alpha=math.sqrt(2 * self.alpha * eta))
+                state.velocity.add_(state.noise.next(), alpha=math.sqrt(2 * self.alpha * eta))
             state.params.add_(state.velocity)
         return state

@@ -24,3 +24,7 @@ class ConfigError(BenchError, ValueError):
 class MeterMisuse(BenchError, AttributeError):
     """A method used the budget meter in a way that would miscount its budget (a zero or negative
     charge, no copies, a write to the meter)."""
+
+
+class TrainingDiverged(BenchError):
+    """A method's parameters became non-finite (a step size too large for the task)."""

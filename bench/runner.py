@@ -70,11 +70,13 @@ def metered(task: Task, budget: float, device: torch.device = torch.device("cpu"
     return Problem.for_task(task, meter, device), MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
 
 
-def execute(method: type[Approximator], config, problem: Problem, data: MeteredData, seed: int) -> np.ndarray:
-    """Fits ``method`` under the meter with the run's generator; returns its predictive, float64."""
+def execute(method: type[Approximator], config, problem: Problem, data: MeteredData,
+            seed: int) -> tuple[np.ndarray, dict]:
+    """Fits ``method`` under the meter with the run's generator; returns its predictive (float64) and
+    its report (how it spent the budget, e.g. SWAG's snapshot count)."""
     approximator = method(config)
     approximator.fit(problem, data, torch.Generator().manual_seed(seed))
-    return np.asarray(approximator.predictive(), dtype=np.float64)
+    return np.asarray(approximator.predictive(), dtype=np.float64), dict(approximator.report)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def run(spec: RunSpec) -> dict:
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
     records.check_writable(folder, spec.force)
     started = time.perf_counter()
-    predictions = execute(method, config, problem, data, spec.seed)
+    predictions, report = execute(method, config, problem, data, spec.seed)
     wall = time.perf_counter() - started
 
     task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned
@@ -129,6 +131,7 @@ def run(spec: RunSpec) -> dict:
         "wall_seconds": round(wall, 3),
         "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         "config": asdict(config),
+        "method_report": report,
         "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
         "environment": env,
         "reference": {"sha256": reference.sha256, "key": reference.key},

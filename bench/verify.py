@@ -86,7 +86,7 @@ def verify(folder: Path, cache: Path | None = None) -> Verification:
 
     def rerun(with_seed: int) -> tuple[np.ndarray, float, float]:
         problem, data = metered(task, result["budget"])
-        predictions = execute(method, config, problem, data, with_seed)
+        predictions, _ = execute(method, config, problem, data, with_seed)
         return predictions, data.meter.epochs_used, data.meter.test_passes
 
     predictions, epochs_used, test_passes = rerun(seed)

@@ -1,0 +1,86 @@
+"""Per-task step sizes of the SGD-trajectory and SG-MCMC methods on the embedded tasks, picked
+without the HMC reference.
+
+    python benchmarks/tune_trajectory.py [swag sgld csgmcmc] [--budget 100] [--seed 0]
+
+A seeded 10% of each task's training rows is held out. For every learning rate on the grid the
+method runs at the budget on the other 90% (its budget counted on those rows) and is scored by the
+negative log-likelihood of its predictive on the held-out rows: the mean log probability of the
+label (classification), or the log density of the moment-matched Gaussian of its predictive
+samples (regression). The lowest NLL wins; a run that diverges scores infinity. The batch size is
+the MAP default of the task (``approximators.map.EMBEDDED_DEFAULTS``); SWAG's ``swa_lr`` follows
+as ``lr / 5``, the ratio of the authors' settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from tabulate import tabulate
+
+from approximators import METHODS, resolve_config
+from approximators.map import EMBEDDED_DEFAULTS
+from bench.errors import TrainingDiverged
+from bench.runner import execute, metered
+from bench.tasks import get_task, task_names
+
+GRID = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
+HELD_OUT = 0.1
+
+
+def held_out_nll(task, predictive: np.ndarray, y: np.ndarray) -> float:
+    if task.kind == "classification":
+        return float(-np.log(np.clip(predictive[np.arange(len(y)), y], 1e-300, None)).mean())
+    mean, std = predictive.mean(1), predictive.std(1) + 1e-12
+    return float((0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y - mean) / std) ** 2).mean())
+
+
+def settings(method: str, task: str, lr: float) -> dict[str, str]:
+    values = {"batch_size": str(EMBEDDED_DEFAULTS[task]["batch_size"]), "lr": str(lr)}
+    if method == "swag":
+        values["swa_lr"] = str(lr / 5)
+    return values
+
+
+def tune(method: str, task_name: str, budget: float, seed: int) -> tuple[float, list[float]]:
+    task = get_task(task_name)
+    order = torch.randperm(task.n_train, generator=torch.Generator().manual_seed(seed))
+    cut = round(HELD_OUT * task.n_train)
+    held, kept = order[:cut], order[cut:]
+    split = dataclasses.replace(task, x_train=task.x_train[kept], y_train=task.y_train[kept], x_test=task.x_train[held])
+    cls = METHODS[method]
+    scores = []
+    for lr in GRID:
+        problem, data = metered(split, budget)
+        try:
+            predictive, _ = execute(cls, resolve_config(cls, task_name, settings(method, task_name, lr)), problem,
+                                    data, seed)
+            score = held_out_nll(task, predictive, task.y_train[held].numpy())
+        except TrainingDiverged:
+            score = math.inf
+        scores.append(score if math.isfinite(score) else math.inf)
+    return GRID[int(np.argmin(scores))], scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc"])
+    parser.add_argument("--budget", type=float, default=100.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rows = []
+    for method in args.methods:
+        for task in task_names():
+            best, scores = tune(method, task, args.budget, args.seed)
+            rows.append({"method": method, "task": task, "best lr": best,
+                         **{f"{lr:g}": score for lr, score in zip(GRID, scores)}})
+    print(f"held-out NLL by lr (budget {args.budget:g}, seed {args.seed})")
+    print(tabulate(rows, headers="keys", floatfmt=".3f"))
+
+
+if __name__ == "__main__":
+    main()
