@@ -1,12 +1,12 @@
 """Cost of one charged training epoch on the competition models, as a ratio to one plain SGD epoch.
 
-    python benchmarks/competition_cost.py [--rows 512] [--device cpu] [--tasks dermamnist uci-gap ...]
+    python benchmarks/competition_cost.py [--rows 512] [--device cpu] [--tasks dermamnist uci-gap ...] [--methods ...]
 
 The data are random tensors of each task's official input shape (no download needed; the cost of an
 epoch does not depend on the values), ``--rows`` examples. Plain SGD: ``torch.optim.SGD`` on one
-``nn.Module`` with the task's batch size, no ensembling. ``sgd`` is our metered trainer with one
-member; ``de`` trains 5 members in one vectorised pass, so its ratio per member-epoch below 1 is the
-gain from vectorising.
+``nn.Module`` at the method's batch size, no ensembling. Every method runs a short run
+(:data:`SHORT_RUNS`); the ratio is per charged epoch, so for vectorised members or chains (``de``: 5
+members in one pass) a ratio below 1 is the gain from vectorising.
 """
 
 from __future__ import annotations
@@ -25,34 +25,33 @@ from cost import plain_sgd_epoch  # noqa: E402
 from approximators import METHODS, resolve_config  # noqa: E402
 from bench.runner import metered  # noqa: E402
 from bench.tasks import Task  # noqa: E402
-from bench.tasks.competition import IMDB_VOCABULARY, SPECS  # noqa: E402
+from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
 
-INPUTS = {"cifar10": (3, 32, 32), "cifar10c": (3, 32, 32), "imdb": (100,), "dermamnist": (3, 28, 28), "uci-gap": (8,)}
+SHORT_RUNS = {
+    # (budget, settings) per method: a few epochs per member or chain, every part of the method exercised.
+    "sgd": (2, {}),
+    "de": (10, {"members": "5"}),
+    "ae": (4, {"epochs": "2"}),
+    "sae": (4, {"first_epochs": "2", "sequential_epochs": "1", "chains": "1"}),
+    "swag": (4, {}),
+    "swag-diag": (4, {}),
+    "multiswag": (8, {"runs": "2"}),
+    "sgld": (4, {"chains": "2"}),
+    "csgmcmc": (4, {"samples_per_cycle": "1", "exploration": "0.5"}),
+}
 
 
-def synthetic_task(name: str, rows: int, device: torch.device) -> Task:
-    spec, g = SPECS[name], torch.Generator().manual_seed(0)
-    shape = (rows, *INPUTS[name])
-    x = (torch.randint(0, IMDB_VOCABULARY, shape, generator=g) if name == "imdb"
-         else torch.randn(shape, generator=g)).to(device)
-    y = (torch.randn(rows, generator=g) if spec.n_classes is None
-         else torch.randint(0, spec.n_classes, (rows,), generator=g)).to(device)
-    return Task(name=name, version=spec.version, description="synthetic", x_train=x, y_train=y, x_test=x[:64],
-                y_test=None, model_factory=spec.model_factory, architecture=spec.architecture,
-                likelihood=spec.likelihood, prior_variance=spec.prior_variance, settings={}, n_classes=spec.n_classes)
-
-
-def method_epoch(task: Task, method: str, members: int, device: torch.device) -> float:
-    """Seconds per member-epoch of ``method`` trained for 2 epochs per member."""
+def method_epoch(task: Task, method: str, device: torch.device) -> tuple[float, int]:
+    """Seconds per charged epoch of ``method``'s short run (training and predictive), and its batch size."""
     cls = METHODS[method]
-    overrides = {"members": str(members)} if method == "de" else {}
+    budget, overrides = SHORT_RUNS[method]
     config = resolve_config(cls, task.name, overrides)
-    problem, data = metered(task, 2 * members, device)
+    problem, data = metered(task, budget, device)
     started = time.perf_counter()
     cls(config).fit(problem, data, torch.Generator().manual_seed(0))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - started) / data.meter.epochs_used
+    return (time.perf_counter() - started) / data.meter.epochs_used, config.batch_size
 
 
 def main() -> None:
@@ -60,17 +59,23 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=512)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
+    parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS))
     args = parser.parse_args()
     device = torch.device(args.device)
     rows = []
     for name in args.tasks:
         task = synthetic_task(name, args.rows, device)
-        batch = resolve_config(METHODS["sgd"], name).batch_size
-        sgd_epoch = min(plain_sgd_epoch(task, batch, device) for _ in range(2))
-        rows.append({"task": name, "rows": args.rows, "batch": batch, "plain SGD epoch (s)": sgd_epoch,
-                     "sgd / SGD": method_epoch(task, "sgd", 1, device) / sgd_epoch,
-                     "de (5 vectorised) per member-epoch / SGD": method_epoch(task, "de", 5, device) / sgd_epoch})
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}")
+        plain = {}  # batch size -> seconds of one plain SGD epoch
+        row = {"task": name, "rows": args.rows}
+        for method in args.methods:
+            seconds, batch = method_epoch(task, method, device)
+            if batch not in plain:
+                plain[batch] = min(plain_sgd_epoch(task, batch, device) for _ in range(2))
+            row[method] = seconds / plain[batch]
+        row["plain SGD epoch (s), by batch"] = ", ".join(f"{b}: {t:.3f}" for b, t in sorted(plain.items()))
+        rows.append(row)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; "
+          "one charged epoch of each method / one plain SGD epoch at the method's batch size")
     print(tabulate(rows, headers="keys", floatfmt=".2f"))
 
 

@@ -266,3 +266,23 @@ def load_task(name: str, cache: Path | str | None = None) -> Task:
         test_blocks=spec.test_blocks(n_test), n_classes=spec.n_classes,
         data_digest=data_digest, data_folder=folder,
     )
+
+
+INPUT_SHAPES = {"cifar10": (3, 32, 32), "cifar10c": (3, 32, 32), "imdb": (100,), "dermamnist": (3, 28, 28),
+                "uci-gap": (8,)}
+"""One example's input shape per competition task, as the official files hold them."""
+
+
+def synthetic_task(name: str, rows: int, device: torch.device = torch.device("cpu"), seed: int = 0) -> Task:
+    """A stand-in for a competition task without its data: its model, likelihood and prior, with
+    ``rows`` random training examples of the official input shape (test inputs: the first 64 of
+    them). For timing and for running methods on the real architectures; it has no reference."""
+    spec, g = SPECS[name], torch.Generator().manual_seed(seed)
+    shape = (rows, *INPUT_SHAPES[name])
+    x = (torch.randint(0, IMDB_VOCABULARY, shape, generator=g) if name == "imdb"
+         else torch.randn(shape, generator=g)).to(device)
+    y = (torch.randn(rows, generator=g) if spec.n_classes is None
+         else torch.randint(0, spec.n_classes, (rows,), generator=g)).to(device)
+    return Task(name=name, version=spec.version, description="synthetic", x_train=x, y_train=y, x_test=x[:64],
+                y_test=None, model_factory=spec.model_factory, architecture=spec.architecture,
+                likelihood=spec.likelihood, prior_variance=spec.prior_variance, settings={}, n_classes=spec.n_classes)

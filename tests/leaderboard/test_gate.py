@@ -27,7 +27,9 @@ def test_committed_baseline_records_every_seed_the_budget_and_the_environment():
     content = json.loads(BASELINE.read_text())
     assert content["format"] == gate.BASELINE_FORMAT
     assert content["configuration"]["seeds"] == list(range(gate.DEFAULT_SEEDS))
-    assert content["configuration"]["budgets"] == {"sgd": 20.0, "de": 100.0, "ae": 200.0, "sae": 120.0}
+    from approximators import METHODS
+    # every registered method is gated, at its check budget
+    assert content["configuration"]["budgets"] == {name: float(cls.check_budget) for name, cls in METHODS.items()}
     runs = content["runs"]["de"]["toy-gap"]
     assert runs["epochs_used"] == [100.0] * gate.DEFAULT_SEEDS and len(runs["test_passes"]) == gate.DEFAULT_SEEDS
     w2 = content["results"]["de"]["toy-gap"]["all"]["w2"]

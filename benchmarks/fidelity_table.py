@@ -1,6 +1,6 @@
-"""AE against SAE at several budgets and seeds on the embedded tasks (the SAE paper's Table 2, here).
+"""Fidelity of methods at several budgets and seeds on the embedded tasks (the SAE paper's Table 2, here).
 
-    python benchmarks/sae_table.py [--budgets 200 500 1000] [--seeds 0 1 2] [--out runs-table]
+    python benchmarks/fidelity_table.py [--methods ae sae ...] [--budgets 200 500 1000] [--seeds 0 1 2] [--out runs-table]
 
 Runs are written (and reused when already finished: the sweep resumes) under ``--out``; the table
 shows mean ± standard deviation over seeds (ddof = 1) of the fidelity metrics, next to the
