@@ -15,6 +15,7 @@ never by keeping members in memory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass
 from typing import Callable, ClassVar
@@ -153,6 +154,20 @@ def _parse(name: str, raw: str, kind) -> object:
         return kind(raw)
     except ValueError:
         raise ConfigError(f"--set {name}={raw}: expected a value of type {kind.__name__}") from None
+
+
+def check_positive(method: str, **values: float) -> None:
+    """One line naming the first setting that is not a finite positive number."""
+    for name, value in values.items():
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{method}: {name} must be a positive number, got {value}")
+
+
+def check_at_least(method: str, **values: tuple[int, int]) -> None:
+    """One line naming the first whole-number setting below its minimum: ``name=(value, minimum)``."""
+    for name, (value, minimum) in values.items():
+        if value < minimum:
+            raise ConfigError(f"{method}: {name} must be at least {minimum}, got {value}")
 
 
 def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None):

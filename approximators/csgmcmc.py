@@ -39,9 +39,9 @@ import torch
 
 from approximators import engine
 from approximators.anchored import next_seed
-from approximators.base import Approximator, PredictiveAccumulator, Problem
+from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
 from approximators.engine import Objective
-from approximators.sgld import chain_generators, check_positive
+from approximators.sgld import chain_generators
 from approximators.training import initial_members
 from approximators.updates import SGHMC, SGLD
 from bench.budget import MeteredData
@@ -99,10 +99,8 @@ class CyclicalSGMCMC(Approximator):
             raise ConfigError(f"csgmcmc: form must be one of {', '.join(FORMS)}, got {c.form!r}")
         if not 0 < c.friction <= 1 or not 0 <= c.exploration < 1:
             raise ConfigError("csgmcmc: friction must lie in (0, 1] and exploration in [0, 1)")
-        for name, value, minimum in (("batch_size", c.batch_size, 1), ("chains", c.chains, 1),
-                                     ("samples_per_cycle", c.samples_per_cycle, 1), ("cycles", c.cycles, 0)):
-            if value < minimum:
-                raise ConfigError(f"csgmcmc: {name} must be at least {minimum}, got {value}")
+        check_at_least(self.name, batch_size=(c.batch_size, 1), chains=(c.chains, 1),
+                       samples_per_cycle=(c.samples_per_cycle, 1), cycles=(c.cycles, 0))
         epochs = math.floor(budget / c.chains + 1e-9)
         cycles = c.cycles or max(1, round(epochs / EPOCHS_PER_CYCLE))
         length = epochs // cycles

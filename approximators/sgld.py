@@ -34,7 +34,7 @@ import torch
 
 from approximators import engine
 from approximators.anchored import member_generators, next_seed
-from approximators.base import Approximator, PredictiveAccumulator, Problem
+from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
 from approximators.engine import Objective
 from approximators.training import initial_members
 from approximators.updates import SGLD
@@ -71,13 +71,6 @@ def polynomial_schedule(first: float, b: float, gamma: float, steps: int) -> lis
     return [first * (b / (b + t)) ** gamma for t in range(steps)]
 
 
-def check_positive(method: str, **values) -> None:
-    """One line naming the setting, for any value that is not a finite positive number."""
-    for name, value in values.items():
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{method}: {name} must be a positive number, got {value}")
-
-
 def chain_generators(generator: torch.Generator, chains: int, device: torch.device) -> tuple[list, list]:
     """Per chain: a CPU generator (initialisation, data order) and a generator on ``device`` (noise)."""
     generators = member_generators(generator, chains)
@@ -101,9 +94,7 @@ class StochasticGradientLangevin(Approximator):
             raise ConfigError(f"sgld: schedule must be one of {', '.join(SCHEDULES)}, got {c.schedule!r}")
         if not (c.decay_power >= 0 and math.isfinite(c.decay_power)) or not 0 <= c.burn_in < 1:
             raise ConfigError("sgld: decay_power must be at least 0 and burn_in lie in [0, 1)")
-        for name, value in (("batch_size", c.batch_size), ("chains", c.chains), ("thin", c.thin)):
-            if value < 1:
-                raise ConfigError(f"sgld: {name} must be at least 1, got {value}")
+        check_at_least(self.name, batch_size=(c.batch_size, 1), chains=(c.chains, 1), thin=(c.thin, 1))
         epochs = math.floor(budget / c.chains + 1e-9)
         burn_in = round(c.burn_in * epochs)
         samples = (epochs - burn_in) // c.thin

@@ -49,9 +49,8 @@ import torch
 
 from approximators import engine
 from approximators.anchored import member_generators, next_seed
-from approximators.base import Approximator, PredictiveAccumulator, Problem
+from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
 from approximators.engine import Objective
-from approximators.sgld import check_positive
 from approximators.training import initial_members
 from approximators.updates import SGD
 from bench.budget import MeteredData
@@ -158,10 +157,8 @@ class SWAG(Approximator):
     def check_settings(self) -> None:
         """One line naming the first nonsensical setting."""
         c = self.config
-        for field, value, minimum in (("batch_size", c.batch_size, 1), ("rank", c.rank, 2),
-                                      ("samples", c.samples, 1), ("runs", c.runs, 1), ("collect_every", c.collect_every, 0)):
-            if value < minimum:
-                raise ConfigError(f"{self.name}: {field} must be at least {minimum}, got {value}")
+        check_at_least(self.name, batch_size=(c.batch_size, 1), rank=(c.rank, 2), samples=(c.samples, 1),
+                       runs=(c.runs, 1), collect_every=(c.collect_every, 0))
         check_positive(self.name, lr=c.lr, swa_lr=c.swa_lr, scale=c.scale)
         if not 0 <= c.momentum < 1 or not 0 < c.swa_start < 1:
             raise ConfigError(f"{self.name}: momentum must lie in [0, 1) and swa_start in (0, 1)")
