@@ -68,7 +68,7 @@ class CyclicalConfig:
 CYCLICAL_DEFAULTS = {
     # `python benchmarks/tune_trajectory.py csgmcmc` (held-out NLL, seeds 0-2, budget 100).
     "toy-gap": dict(batch_size=16, lr=0.01),
-    "diabetes-gap": dict(batch_size=32, lr=0.1),
+    "diabetes-gap": dict(batch_size=32, lr=0.03),
     "digits": dict(batch_size=64, lr=0.3),
     # The competition tasks use the class defaults, the authors' CIFAR settings (untuned for the
     # other models).

@@ -132,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "with --update: every method)")
     check.add_argument("--task", action="append", help="task (repeatable; default: every task of the baseline, "
                                                         "with --update every embedded task)")
-    check.add_argument("--update", action="store_true", help="measure the configuration and rewrite the baseline")
+    check.add_argument("--update", action="store_true",
+                       help="measure the configuration and rewrite the baseline (with --methods or --task: extend "
+                            "it, replacing only what was measured)")
     check.add_argument("--seeds", type=int, default=None, help="with --update: number of seeds (default 10)")
     return parser
 

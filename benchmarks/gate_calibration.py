@@ -29,7 +29,8 @@ def main() -> None:
     rows = []
     for index in range(1, args.sets + 1):
         seeds = list(range(index * n, (index + 1) * n))
-        measured = gate.measure(list(baseline["results"]), config["tasks"], seeds, config["budgets"])
+        measured = gate.measure({m: list(by_task) for m, by_task in baseline["results"].items()}, seeds,
+                                 config["budgets"])
         report = gate.compare(baseline, measured, statistical=True)
         fidelity = [abs(f.z) for f in report.findings if f.two_sided]
         others = [f.z for f in report.findings if not f.two_sided]

@@ -81,11 +81,12 @@ def _checked_tolerance(tolerance: float | None) -> float | None:
     return tolerance
 
 
-def measure(methods: list[str], tasks: list[str], seeds: list[int], budgets: dict[str, float]) -> dict:
-    """{method: {task: [per seed {"metrics": {block: {metric: value}}, "epochs_used", "test_passes"}]}}."""
+def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str, float]) -> dict:
+    """Runs each method on its tasks (``{method: [task, ...]}``):
+    {method: {task: [per seed {"metrics": {block: {metric: value}}, "epochs_used", "test_passes"}]}}."""
     measured: dict = {}
     with tempfile.TemporaryDirectory(prefix="bdl-bench-check-") as out:
-        for method in methods:
+        for method, tasks in tasks_of.items():
             for task in tasks:
                 per_seed = []
                 for seed in seeds:
@@ -134,22 +135,44 @@ def summarise(measured: dict) -> tuple[dict, dict]:
 
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
            seeds: int | None = None) -> dict:
-    """Measures the configuration and writes the baseline file atomically; returns its contents."""
+    """Measures the configuration and writes the baseline file atomically; returns its contents.
+
+    Without ``methods`` and ``tasks`` the file is rewritten whole. With either, an existing baseline
+    is extended: the measured (method, task) pairs replace theirs and every other pair is kept, which
+    is sound only when the existing file was measured with the same seeds in this environment (else
+    one line says to rewrite it whole).
+    """
+    partial = bool(methods or tasks)
     methods = methods or list(METHODS)
     tasks = tasks or list(EMBEDDED)
     n_seeds = DEFAULT_SEEDS if seeds is None else seeds
     if n_seeds <= STD_DDOF:
         raise BenchError(f"--seeds must be at least {STD_DDOF + 1} to measure a standard deviation, got {n_seeds}")
+    earlier = _extendable(path, n_seeds) if partial and Path(path).exists() else None
     budgets = {m: float(get_method(m).check_budget) for m in methods}
     for task in tasks:
         load_reference(get_task(task))
     started = time.perf_counter()
-    measured = measure(methods, tasks, list(range(n_seeds)), budgets)
+    measured = measure({m: tasks for m in methods}, list(range(n_seeds)), budgets)
     runs, results = summarise(measured)
+    command = " ".join(["python -m bench check --update", f"--baseline {path}", f"--methods {' '.join(methods)}",
+                        *[f"--task {t}" for t in tasks], f"--seeds {n_seeds}"])
+    wall_seconds = time.perf_counter() - started
+    commands = [command]
+    if earlier is not None:
+        for method, by_task in earlier["results"].items():
+            for task in by_task:
+                if task not in results.get(method, {}):
+                    results.setdefault(method, {})[task] = by_task[task]
+                    runs.setdefault(method, {})[task] = earlier["runs"][method][task]
+        methods = [*earlier["configuration"]["methods"], *(m for m in methods if m not in earlier["configuration"]["methods"])]
+        tasks = [*earlier["configuration"]["tasks"], *(t for t in tasks if t not in earlier["configuration"]["tasks"])]
+        budgets = {**earlier["configuration"]["budgets"], **budgets}
+        commands = [*earlier.get("commands", [earlier.get("command")]), command]  # "command": files before merging
+        wall_seconds += earlier["wall_seconds"]
     baseline = {
         "format": BASELINE_FORMAT,
-        "command": " ".join(["python -m bench check --update", f"--baseline {path}", f"--methods {' '.join(methods)}",
-                             *[f"--task {t}" for t in tasks], f"--seeds {n_seeds}"]),
+        "commands": commands,
         "configuration": {"methods": methods, "tasks": tasks, "seeds": list(range(n_seeds)), "budgets": budgets,
                           "device": "cpu", "method_settings": "each method's defaults for the task"},
         "std_ddof": STD_DDOF,
@@ -158,12 +181,27 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
                 "of the difference of means",
         "environment": environment(),
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "wall_seconds": round(time.perf_counter() - started, 1),
+        "wall_seconds": round(wall_seconds, 1),
         "runs": runs,
         "results": results,
     }
     atomic_write_bytes(Path(path), json_bytes(baseline))
     return baseline
+
+
+def _extendable(path: Path, n_seeds: int) -> dict:
+    """The existing baseline at ``path`` if a partial update may extend it, else a one-line error."""
+    earlier = load_baseline(path)
+    whole = f"rewrite it whole with `python -m bench check --update --baseline {path}` (no --methods or --task)"
+    if len(earlier["configuration"]["seeds"]) != n_seeds:
+        raise BenchError(f"{path} was measured with {len(earlier['configuration']['seeds'])} seeds, this update "
+                         f"with {n_seeds}: one baseline cannot mix them; pass --seeds "
+                         f"{len(earlier['configuration']['seeds'])} or {whole}")
+    changed = sorted(k for k, v in earlier["environment"].items() if environment().get(k) != v)
+    if changed:
+        raise BenchError(f"{path} was measured in another environment ({', '.join(changed)} differ): extending it "
+                         f"would mix environments and break its exact check; {whole}")
+    return earlier
 
 
 def load_baseline(path: Path) -> dict:
@@ -325,7 +363,8 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
     for method in methods:
         get_method(method)
     started = time.perf_counter()
-    measured = measure(methods, tasks, baseline["configuration"]["seeds"], baseline["configuration"]["budgets"])
+    tasks_of = {m: [t for t in tasks if t in baseline["results"][m]] for m in methods}
+    measured = measure(tasks_of, baseline["configuration"]["seeds"], baseline["configuration"]["budgets"])
     report = compare(baseline, measured, tolerance, statistical)
     return dataclasses.replace(report, wall_seconds=time.perf_counter() - started)
 

@@ -13,6 +13,7 @@ import pytest
 
 from approximators.map import MAP_DEFAULTS
 from bench.budget import MeteredData
+from bench.tasks import EMBEDDED
 from leaderboard import gate
 
 BASELINE = Path(__file__).parents[2] / "benchmarks" / "baseline.json"
@@ -30,6 +31,7 @@ def test_committed_baseline_records_every_seed_the_budget_and_the_environment():
     from approximators import METHODS
     # every registered method is gated, at its check budget
     assert content["configuration"]["budgets"] == {name: float(cls.check_budget) for name, cls in METHODS.items()}
+    assert all(set(content["results"][name]) == set(EMBEDDED) for name in METHODS)  # also after partial updates
     runs = content["runs"]["de"]["toy-gap"]
     assert runs["epochs_used"] == [100.0] * gate.DEFAULT_SEEDS and len(runs["test_passes"]) == gate.DEFAULT_SEEDS
     w2 = content["results"]["de"]["toy-gap"]["all"]["w2"]
@@ -135,6 +137,31 @@ def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, r
                              "--seeds", "2")
     assert code == 0, err
     content = json.loads(path.read_text())
-    assert content["runs"]["sgd"]["toy-gap"]["epochs_used"] == [20.0, 20.0] and "--seeds 2" in content["command"]
+    assert content["runs"]["sgd"]["toy-gap"]["epochs_used"] == [20.0, 20.0] and "--seeds 2" in content["commands"][0]
     code, out, _ = run_cli("check", "--baseline", path)
     assert code == 0 and "check passed (exact)" in out
+
+
+def test_a_partial_update_extends_the_baseline_and_refuses_to_mix_seeds_or_environments(tmp_path, monkeypatch,
+                                                                                           run_cli):
+    path = tmp_path / "baseline.json"
+    first = ("check", "--update", "--baseline", path, "--seeds", "2", "--task", "toy-gap")
+    assert run_cli(*first, "--methods", "sgd")[0] == 0
+    sgd_before = json.loads(path.read_text())["results"]["sgd"]
+    assert run_cli(*first, "--methods", "de")[0] == 0
+    content = json.loads(path.read_text())
+    assert set(content["results"]) == {"sgd", "de"} and content["results"]["sgd"] == sgd_before
+    assert content["configuration"]["methods"] == ["sgd", "de"] and len(content["commands"]) == 2
+    code, out, _ = run_cli("check", "--baseline", path)
+    assert code == 0 and "check passed (exact)" in out, out
+
+    code, _, err = run_cli(*first[:-2], "--methods", "sgd", "--task", "toy-gap")  # 2 seeds still
+    assert code == 0, err
+    code, _, err = run_cli("check", "--update", "--baseline", path, "--seeds", "3", "--methods", "sgd", "--task",
+                           "toy-gap")
+    assert code == 2 and "2 seeds" in err and len(err.strip().splitlines()) == 1
+    real = gate.environment()
+    monkeypatch.setattr(gate, "environment", lambda: {**real, "torch": "0.0"})
+    code, _, err = run_cli(*first, "--methods", "sgd")
+    assert code == 2 and "another environment (torch differ)" in err and len(err.strip().splitlines()) == 1
+    assert json.loads(path.read_text())["results"]["sgd"] == sgd_before  # a refused update writes nothing
