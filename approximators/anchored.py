@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from approximators.base import Approximator, PredictiveAccumulator, Problem, member_seeds
+from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators, next_seed
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -62,16 +62,6 @@ FIRST_MEMBER_DEFAULTS.update({
 def prior_draws(generators: list[torch.Generator], dim: int, prior_variance: float) -> torch.Tensor:
     """One anchor a ~ N(0, v I) per generator: ``(K, D)``."""
     return torch.stack([torch.randn(dim, generator=g) for g in generators]) * prior_variance**0.5
-
-
-def member_generators(generator: torch.Generator, n: int) -> list[torch.Generator]:
-    """One generator per member or chain, seeded from the run's generator: a member's draws then do
-    not depend on how many members train together."""
-    return [torch.Generator().manual_seed(s) for s in member_seeds(generator, n)]
-
-
-def next_seed(g: torch.Generator) -> int:
-    return int(torch.randint(0, 2**62, (), generator=g))
 
 
 class AnchoredEnsemble(Approximator):

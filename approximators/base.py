@@ -186,3 +186,13 @@ def resolve_config(method: type[Approximator], task: str, overrides: dict[str, s
 def member_seeds(generator: torch.Generator, n: int) -> list[int]:
     """``n`` seeds drawn from the run's generator, one per member (initialisation and data order)."""
     return torch.randint(0, 2**62, (n,), generator=generator).tolist()
+
+
+def member_generators(generator: torch.Generator, n: int) -> list[torch.Generator]:
+    """One generator per member or chain, seeded from the run's generator: a member's draws then do
+    not depend on how many members train together."""
+    return [torch.Generator().manual_seed(s) for s in member_seeds(generator, n)]
+
+
+def next_seed(g: torch.Generator) -> int:
+    return int(torch.randint(0, 2**62, (), generator=g))

@@ -38,15 +38,12 @@ from dataclasses import dataclass
 import torch
 
 from approximators import engine
-from approximators.anchored import next_seed
 from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
-from approximators.engine import Objective
 from approximators.sgld import chain_generators
-from approximators.training import initial_members
+from approximators.training import Members
 from approximators.updates import SGHMC, SGLD
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
-from bench.functional import StackedModel
 
 FORMS = ("sghmc", "sgld")
 EPOCHS_PER_CYCLE = 50
@@ -120,8 +117,7 @@ class CyclicalSGMCMC(Approximator):
         cycles, length = self.plan(data.meter.budget_epochs)
         epochs = cycles * length
         generators, noise = chain_generators(generator, c.chains, data.device)
-        model = StackedModel(problem.model_factory())
-        params = model.layout.flatten(initial_members(problem.model_factory, [next_seed(g) for g in generators]))
+        members = Members.start(problem, data, generators)
         steps = epochs * engine.steps_per_epoch(data.n_train, c.batch_size)
         rates, proportions = cyclical_schedule(c.lr / data.n_train, steps, cycles)
         noisy = [r >= c.exploration for r in proportions]
@@ -131,10 +127,9 @@ class CyclicalSGMCMC(Approximator):
 
         def keep(state, epoch):
             if epoch % length >= length - c.samples_per_cycle:
-                accumulator.add(model.layout.unflatten(state.params.detach()))
+                accumulator.add(members.model.layout.unflatten(state.params.detach()))
 
-        objective = Objective(model, problem.likelihood, problem.prior_variance, data.n_train)
-        engine.run(objective, rule, params, data, epochs, c.batch_size, [next_seed(g) for g in generators],
+        engine.run(members.objective, rule, members.params, data, epochs, c.batch_size, members.order_seeds,
                    on_epoch=keep)
         self.report = {"cycles": cycles, "epochs_per_cycle": length, "samples_per_chain": cycles * c.samples_per_cycle,
                        "epochs_unspent_per_chain": math.floor(data.meter.budget_epochs / c.chains + 1e-9) - epochs}

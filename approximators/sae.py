@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import torch
 
 from approximators import guided_walk
-from approximators.anchored import FIRST_MEMBER_DEFAULTS, member_generators, next_seed
-from approximators.base import Approximator, PredictiveAccumulator, Problem
+from approximators.anchored import FIRST_MEMBER_DEFAULTS
+from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators, next_seed
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted

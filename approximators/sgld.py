@@ -33,14 +33,12 @@ from dataclasses import dataclass
 import torch
 
 from approximators import engine
-from approximators.anchored import member_generators, next_seed
-from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
-from approximators.engine import Objective
-from approximators.training import initial_members
+from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
+                                 member_generators, next_seed)
+from approximators.training import Members
 from approximators.updates import SGLD
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
-from bench.functional import StackedModel
 
 SCHEDULES = ("polynomial", "constant")
 
@@ -107,8 +105,7 @@ class StochasticGradientLangevin(Approximator):
         c = self.config
         epochs, burn_in, samples = self.plan(data.meter.budget_epochs)
         generators, noise = chain_generators(generator, c.chains, data.device)
-        model = StackedModel(problem.model_factory())
-        params = model.layout.flatten(initial_members(problem.model_factory, [next_seed(g) for g in generators]))
+        members = Members.start(problem, data, generators)
         steps = epochs * engine.steps_per_epoch(data.n_train, c.batch_size)
         first = 2 * c.lr / data.n_train
         schedule = polynomial_schedule(first, c.decay_offset, c.decay_power, steps) \
@@ -117,10 +114,9 @@ class StochasticGradientLangevin(Approximator):
 
         def keep(state, epoch):
             if epoch >= burn_in and (epoch + 1 - burn_in) % c.thin == 0 and accumulator.added < accumulator.n_members:
-                accumulator.add(model.layout.unflatten(state.params.detach()))
+                accumulator.add(members.model.layout.unflatten(state.params.detach()))
 
-        objective = Objective(model, problem.likelihood, problem.prior_variance, data.n_train)
-        engine.run(objective, SGLD(schedule, data.n_train, noise), params, data, epochs, c.batch_size,
-                   [next_seed(g) for g in generators], on_epoch=keep)
+        engine.run(members.objective, SGLD(schedule, data.n_train, noise), members.params, data, epochs, c.batch_size,
+                   members.order_seeds, on_epoch=keep)
         self.report = {"epochs_per_chain": epochs, "burn_in_epochs": burn_in, "samples_per_chain": samples}
         self._predictive = accumulator.result()

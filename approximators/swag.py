@@ -48,14 +48,12 @@ from dataclasses import dataclass
 import torch
 
 from approximators import engine
-from approximators.anchored import member_generators, next_seed
-from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
-from approximators.engine import Objective
-from approximators.training import initial_members
+from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
+                                 member_generators)
+from approximators.training import Members
 from approximators.updates import SGD
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
-from bench.functional import StackedModel
 
 VARIANCE_FLOOR = 1e-30
 """The authors' clamp of the diagonal variance (``var_clamp``)."""
@@ -183,28 +181,27 @@ class SWAG(Approximator):
         epochs, first, snapshots = self.plan(data.meter.budget_epochs, steps_in_epoch)
         period = c.collect_every or steps_in_epoch
         generators = member_generators(generator, c.runs)
-        model = StackedModel(problem.model_factory())
-        params = model.layout.flatten(initial_members(problem.model_factory, [next_seed(g) for g in generators]))
+        members = Members.start(problem, data, generators)
+        layout = members.model.layout
         start = first * steps_in_epoch
         rates = [rate for rate in epoch_rates(c, first, first) for _ in range(steps_in_epoch)]
         rates += cyclic_rates(c, period) * snapshots if c.cyclic else [c.swa_lr] * snapshots * period
         rates += [c.swa_lr] * (epochs * steps_in_epoch - len(rates))  # steps after the last snapshot
-        moments = Moments.zeros(c.runs, model.layout.size, c.rank, data.device)
+        moments = Moments.zeros(c.runs, layout.size, c.rank, data.device)
 
         def collect(state, step):
             if step >= start and (step + 1 - start) % period == 0 and moments.count < snapshots:
                 moments.collect(state.params.detach())
 
-        objective = Objective(model, problem.likelihood, problem.prior_variance, data.n_train)
-        engine.run(objective, SGD(rates, c.momentum), params, data, epochs, c.batch_size,
-                   [next_seed(g) for g in generators], on_step=collect)
+        engine.run(members.objective, SGD(rates, c.momentum), members.params, data, epochs, c.batch_size,
+                   members.order_seeds, on_step=collect)
         self.report = {"snapshots_per_run": moments.count, "deviations_used": moments.rank,
                        "first_phase_epochs": first, "epochs_per_run": epochs}
         if moments.rank < c.rank and self.low_rank:
             self.report["note"] = f"{moments.count} snapshots per run: the low-rank part has rank {moments.rank}, not {c.rank}"
         accumulator = PredictiveAccumulator(problem, c.runs * c.samples, generator)
         for _ in range(c.samples):
-            accumulator.add(model.layout.unflatten(moments.sample(generators, c.scale, self.low_rank)))
+            accumulator.add(layout.unflatten(moments.sample(generators, c.scale, self.low_rank)))
         self._predictive = accumulator.result()
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from approximators import engine
+from approximators.base import Problem, next_seed
 from approximators.engine import KeepBest, Objective, steps_per_epoch
 from approximators.updates import Adam, cosine_schedule
 from bench.budget import MeteredData
@@ -53,6 +54,26 @@ def schedule_of(config: AdamConfig, prefix: str = "") -> AdamConfig:
 def initial_members(model_factory, seeds: list[int]) -> dict[str, torch.Tensor]:
     """PyTorch's default initialisation of one network per seed, stacked ``{name: (K, *shape)}``."""
     return StackedModel.stack([seeded_module(model_factory, s) for s in seeds])
+
+
+@dataclass(frozen=True)
+class Members:
+    """K members ready for :func:`engine.run` under the task's prior (no anchors): the stacked model,
+    the objective, the initial parameters ``(K, D)`` and each member's data-order seed."""
+
+    model: StackedModel
+    objective: Objective
+    params: torch.Tensor
+    order_seeds: list[int]
+
+    @classmethod
+    def start(cls, problem: Problem, data: MeteredData, generators: list[torch.Generator]) -> "Members":
+        """One member per generator: PyTorch's default initialisation from the generator's next seed,
+        then its data-order seed (in this order, so a member's run depends on its generator alone)."""
+        model = StackedModel(problem.model_factory())
+        params = model.layout.flatten(initial_members(problem.model_factory, [next_seed(g) for g in generators]))
+        objective = Objective(model, problem.likelihood, problem.prior_variance, data.n_train)
+        return cls(model, objective, params, [next_seed(g) for g in generators])
 
 
 def train_members(

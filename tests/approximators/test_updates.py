@@ -8,7 +8,6 @@ errors of the mean and of each covariance entry (var(S_ij) = (S_ii S_jj + S_ij^2
 samplers' discretisation bias bounded well below one standard error by the small steps.
 """
 
-import math
 
 import pytest
 import torch
