@@ -26,8 +26,9 @@ epoch 46 and keeps samples at epochs 48, 49, 50 of each 50-epoch cycle: ``explor
 ``samples_per_cycle = 3``; the samples must fall in the sampling stage.
 
 Per-task defaults: the authors' CIFAR settings (lr 0.5, batch 64, SGHMC, friction 0.1) for the
-competition image tasks; ``lr`` for the embedded tasks from ``python benchmarks/tune_trajectory.py
-csgmcmc`` (held-out NLL, never the reference). The prior replaces the authors' weight decay.
+competition tasks, but lr 0.03 on ``cifar10c``, where 0.5 diverges
+(``benchmarks/competition_stability.py``); ``lr`` for the embedded tasks from
+``python benchmarks/tune_trajectory.py csgmcmc`` (held-out NLL, never the reference). The prior replaces the authors' weight decay.
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ CYCLICAL_DEFAULTS = {
     "diabetes-gap": dict(batch_size=32, lr=0.03),
     "digits": dict(batch_size=64, lr=0.3),
     # The competition tasks use the class defaults, the authors' CIFAR settings (untuned for the
-    # other models).
+    # other models), except where those diverge within a few epochs on random data of the task's
+    # official shapes (`python benchmarks/competition_stability.py`: 0.5 and 0.3 diverge on the
+    # AlexNet-like net, 0.1 trains; a grid step below that).
+    "cifar10c": dict(lr=0.03),
 }
 
 
