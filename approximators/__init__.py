@@ -9,11 +9,12 @@ from approximators.map import MAP, DeepEnsemble
 from approximators.sae import SequentialAnchoredEnsemble
 from approximators.sgld import StochasticGradientLangevin
 from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
+from approximators.vogn import VOGN
 from bench.errors import ConfigError
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
-    StochasticGradientLangevin, CyclicalSGMCMC)}
+    StochasticGradientLangevin, CyclicalSGMCMC, VOGN)}
 
 
 def get_method(name: str) -> type[Approximator]:

@@ -28,7 +28,8 @@ epoch 46 and keeps samples at epochs 48, 49, 50 of each 50-epoch cycle: ``explor
 Per-task defaults: the authors' CIFAR settings (lr 0.5, batch 64, SGHMC, friction 0.1) for the
 competition tasks, but lr 0.03 on ``cifar10c``, where 0.5 diverges
 (``benchmarks/competition_stability.py``); ``lr`` for the embedded tasks from
-``python benchmarks/tune_trajectory.py csgmcmc`` (held-out NLL, never the reference). The prior replaces the authors' weight decay.
+``python benchmarks/tune_trajectory.py csgmcmc`` (held-out NLL, never the reference). The prior
+replaces the authors' weight decay.
 """
 
 from __future__ import annotations

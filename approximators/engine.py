@@ -15,11 +15,13 @@ Every epoch each member draws its own permutation of the training rows from its 
 (so a member's run does not depend on how many members train with it) and reads them through the
 meter in minibatches; one vectorised forward and backward pass gives all K gradients of the
 likelihood term (the loss is the sum of the members' terms, and member k's parameters enter only its
-own), and the prior's gradient is added in closed form. The update rule (:mod:`approximators.updates`) then maps ``(state, grads, step) -> state``.
+own), and the prior's gradient is added in closed form. The update rule
+(:mod:`approximators.updates`) then maps ``(state, grads, step) -> state``.
 
 Hooks: ``on_step(state, step)`` runs after every update, ``on_epoch(state, epoch)`` after every
-epoch. Non-finite parameters at the end of an epoch stop the run with :class:`TrainingDiverged`. :class:`KeepBest` is such an epoch hook: it evaluates every member on held-out training
-rows (charged) and keeps each member's best weights.
+epoch. Non-finite parameters at the end of an epoch stop the run with :class:`TrainingDiverged`.
+:class:`KeepBest` is such an epoch hook: it evaluates every member on held-out training rows
+(charged) and keeps each member's best weights.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ class UpdateRule(Protocol):
     ``init(params)`` returns a state with a ``params`` field (the ``(K, D)`` tensor the engine
     differentiates, a leaf that requires grad) and whatever buffers the rule needs;
     ``update(state, grads, step)`` applies step ``step`` (0-based, counted within one engine run)
-    and returns the state. Buffers are updated in place (no per-step allocation): a caller that
-    keeps a state across steps clones it.
+    and returns the state. ``grads`` is ``objective.gradient(state.params, x, y)``, unless the rule
+    defines ``gradient(objective, state, x, y)``, whose result it then receives instead. Buffers
+    are updated in place (no per-step allocation): a caller that keeps a state across steps clones it.
     """
 
     def init(self, params: torch.Tensor) -> Any: ...
@@ -112,12 +115,15 @@ def run(
     rows = torch.arange(data.n_train) if rows is None else rows
     state = rule.init(params.detach().clone().to(data.device).requires_grad_(True))
     shufflers = [torch.Generator().manual_seed(s) for s in seeds]
+    # A rule that differentiates elsewhere than at its parameters (VOGN: at a draw from q) says so.
+    gradient = getattr(rule, "gradient", None)
     step = 0
     for epoch in range(epochs):
         order = rows[torch.stack([torch.randperm(len(rows), generator=g) for g in shufflers])]
         for start in range(0, len(rows), batch_size):
             x, y = data.batch(order[:, start:start + batch_size])
-            state = rule.update(state, objective.gradient(state.params, x, y), step)
+            grads = objective.gradient(state.params, x, y) if gradient is None else gradient(objective, state, x, y)
+            state = rule.update(state, grads, step)
             if on_step is not None:
                 on_step(state, step)
             step += 1

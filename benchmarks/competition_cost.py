@@ -38,6 +38,7 @@ SHORT_RUNS = {
     "multiswag": (8, {"runs": "2"}),
     "sgld": (4, {"chains": "2"}),
     "csgmcmc": (4, {"samples_per_cycle": "1", "exploration": "0.5"}),
+    "vogn": (4, {}),
 }
 
 

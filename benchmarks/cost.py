@@ -45,6 +45,7 @@ MEASURED = {
     "sgld": None,
     # One sample per cycle, noise from half-way: a 10-epoch cycle then holds a sample.
     "csgmcmc": {"samples_per_cycle": "1", "exploration": "0.5"},
+    "vogn": None,
 }
 
 

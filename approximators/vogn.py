@@ -1,0 +1,184 @@
+r"""Variational Online Gauss-Newton (Osawa et al. 2019, Algorithm 1): ``vogn``.
+
+A mean-field Gaussian q(w) = N(mu, diag(sigma^2)) fitted by natural-gradient VI with a Gauss-Newton
+curvature estimate, at temperature tau = 1 for the reported posterior. N is the number of training
+rows (rho = 1: the benchmark's posterior has no data augmentation), delta = 1 / prior variance and
+delta~ = tau delta / N. Each step, on a minibatch of B rows:
+
+    sigma = (1 / (N (s + delta~)))^(1/2)
+    for k = 1..K:  w_k = mu + sigma * eps_k,  eps_k ~ N(0, I)
+                   g_k = (1/B) sum_i g_i(w_k),   h_k = (1/B) sum_i g_i(w_k)^2
+    g, h = the means over k of g_k, h_k
+    m  <- beta1 m + (g + delta~ mu)
+    s  <- (1 - tau beta2) s + beta2 h
+    mu <- mu - alpha m / (s + delta~)
+
+with g_i the gradient of example i's negative log-likelihood alone: h averages the **squared
+per-example gradients** (the Gauss-Newton estimate; :mod:`approximators.per_example` computes them
+without a loop over examples), not the square of the mean gradient. K = ``mc_samples``.
+
+Initialisation as in the paper: mu is PyTorch's default initialisation of the network, m = 0, and
+s_0 = h at mu on the first minibatch of the first epoch's order, read (and charged) before training.
+Tempering (optional, ``tempering`` > 0): tau rises linearly from ``tau_start`` to 1 over the first
+``tempering`` fraction of the steps and stays at 1 after, so the posterior is read at tau = 1.
+
+Budget rule: the initialisation minibatch costs B / N of an epoch; the remaining budget trains
+E = floor(B_budget - B / N) epochs (the rest is reported unspent). Prediction: the model average of
+``samples`` draws from q (10 by default, the setting the issue fixes), streamed into the average.
+
+Per-task defaults: beta1 = 0.9, one MC sample; beta2 = 0.001, the weight of the new curvature
+estimate in the update above (Adam's 0.999 in Adam's convention, s <- beta s + (1 - beta) h: 0.999
+here would make s the last minibatch's noisy h, and steps alpha m / s then diverge); ``lr`` for
+the embedded tasks from ``python benchmarks/tune_trajectory.py vogn``
+(held-out NLL over 1e-5..1e-2, never the reference: 3e-4, 1e-3 on diabetes-gap); on the
+competition tasks 3e-4, untuned there. Deviation: the paper's external damping gamma and its
+data-augmentation factor rho are 0 and 1 (our posterior has neither).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from approximators import engine
+from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
+from approximators.engine import Objective
+from approximators.per_example import gradient_moments
+from approximators.sgld import chain_generators
+from approximators.training import Members
+from approximators.updates import NoiseStream
+from bench.budget import MeteredData
+from bench.errors import BudgetExhausted, ConfigError
+
+
+@dataclass(frozen=True)
+class VOGNConfig:
+    batch_size: int = 128
+    lr: float = 3e-4
+    beta1: float = 0.9
+    beta2: float = 0.001
+    mc_samples: int = 1
+    tempering: float = 0.0
+    tau_start: float = 0.1
+    samples: int = 10
+
+
+VOGN_DEFAULTS = {
+    # `python benchmarks/tune_trajectory.py vogn` (held-out NLL, seeds 0-2, budget 100).
+    "toy-gap": dict(batch_size=16, lr=3e-4),
+    "diabetes-gap": dict(batch_size=32, lr=1e-3),
+    "digits": dict(batch_size=64, lr=3e-4),
+    # The competition tasks use the class defaults: lr 3e-4, the embedded tasks' choice (untuned there).
+}
+
+
+@dataclass
+class VOGNState:
+    params: torch.Tensor  # mu (K, D)
+    momentum: torch.Tensor
+    precision: torch.Tensor  # s
+    noise: NoiseStream
+    draw: torch.Tensor  # buffer for w_k
+    step: int = 0  # steps taken
+
+    def sigma(self, n_train: int, delta_tilde: float) -> torch.Tensor:
+        return (self.precision + delta_tilde).mul(n_train).rsqrt()
+
+
+class VOGNRule:
+    """The update of the module docstring over stacked members ``(K, D)``; ``taus`` one per step."""
+
+    def __init__(self, lr: float, beta1: float, beta2: float, mc_samples: int, taus: Sequence[float],
+                 prior_variance: float, n_train: int, initial_precision: torch.Tensor,
+                 generators: list[torch.Generator]):
+        self.lr, self.beta1, self.beta2, self.mc_samples = lr, beta1, beta2, mc_samples
+        self.taus, self.delta, self.n_train = taus, 1.0 / prior_variance, n_train
+        self.initial_precision, self.generators = initial_precision, generators
+
+    def delta_tilde(self, step: int) -> float:
+        return self.taus[min(step, len(self.taus) - 1)] * self.delta / self.n_train
+
+    def init(self, params: torch.Tensor) -> VOGNState:
+        return VOGNState(params, torch.zeros_like(params), self.initial_precision.clone(),
+                         NoiseStream(self.generators, params), torch.empty_like(params))
+
+    def gradient(self, objective: Objective, state: VOGNState, x: torch.Tensor, y: torch.Tensor):
+        """(g, h): the per-example moments at ``mc_samples`` draws from q, averaged over the draws."""
+        with torch.no_grad():
+            sigma = state.sigma(self.n_train, self.delta_tilde(state.step))
+        g = torch.zeros_like(state.params)
+        h = torch.zeros_like(state.params)
+        for _ in range(self.mc_samples):
+            with torch.no_grad():
+                torch.addcmul(state.params, sigma, state.noise.next(), out=state.draw)
+            g_k, h_k = gradient_moments(objective.model, objective.likelihood, state.draw, x, y)
+            g += g_k
+            h += h_k
+        return g / self.mc_samples, h / self.mc_samples
+
+    def update(self, state: VOGNState, grads, step: int) -> VOGNState:
+        g, h = grads
+        tau, delta_tilde = self.taus[step], self.delta_tilde(step)
+        with torch.no_grad():
+            state.momentum.mul_(self.beta1).add_(g).add_(state.params, alpha=delta_tilde)
+            state.precision.mul_(1 - tau * self.beta2).add_(h, alpha=self.beta2)
+            state.params.addcdiv_(state.momentum, state.precision + delta_tilde, value=-self.lr)
+        state.step = step + 1
+        return state
+
+
+def tempering_schedule(steps: int, fraction: float, tau_start: float) -> list[float]:
+    """tau per step: linear from ``tau_start`` to 1 over the first ``fraction`` of the steps, then 1."""
+    ramp = round(fraction * steps)
+    return [tau_start + (1 - tau_start) * t / ramp if t < ramp else 1.0 for t in range(steps)]
+
+
+class VOGN(Approximator):
+    name = "vogn"
+    summary = "VOGN: mean-field Gaussian by natural-gradient VI with per-example Gauss-Newton curvature"
+    paper = "Osawa et al. 2019"
+    Config = VOGNConfig
+    TASK_DEFAULTS = VOGN_DEFAULTS
+    check_budget = 20.0
+
+    def plan(self, budget: float, n_train: int) -> int:
+        """Epochs trained after the initialisation minibatch, or a one-line error."""
+        c = self.config
+        check_positive(self.name, lr=c.lr, tau_start=c.tau_start)
+        if not (0 <= c.beta1 < 1 and 0 < c.beta2 <= 1) or not 0 <= c.tempering < 1 or c.tau_start > 1:
+            raise ConfigError("vogn: beta1 must lie in [0, 1), beta2 in (0, 1], tempering in [0, 1) (tau must reach "
+                              "1 before the posterior is read) and tau_start in (0, 1]")
+        check_at_least(self.name, batch_size=(c.batch_size, 1), mc_samples=(c.mc_samples, 1),
+                       samples=(c.samples, 1))
+        epochs = math.floor(budget - min(c.batch_size, n_train) / n_train + 1e-9)
+        if epochs < 1:
+            raise BudgetExhausted(f"vogn: a budget of {budget:g} epochs leaves no whole epoch after the "
+                                  f"initialisation minibatch")
+        return epochs
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        c = self.config
+        epochs = self.plan(data.meter.budget_epochs, data.n_train)
+        generators, noise = chain_generators(generator, 1, data.device)
+        members = Members.start(problem, data, generators)
+        # s_0: the mean squared per-example gradients at mu_0 on the first minibatch of the first
+        # epoch's order (the engine draws the same order from the same seed).
+        first = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(members.order_seeds[0]))
+        x, y = data.batch(first[:c.batch_size].unsqueeze(0))
+        params = members.params.to(data.device)
+        _, initial_precision = gradient_moments(members.model, problem.likelihood, params, x, y)
+        steps = epochs * engine.steps_per_epoch(data.n_train, c.batch_size)
+        rule = VOGNRule(c.lr, c.beta1, c.beta2, c.mc_samples, tempering_schedule(steps, c.tempering, c.tau_start),
+                        problem.prior_variance, data.n_train, initial_precision, noise)
+        state = engine.run(members.objective, rule, params, data, epochs, c.batch_size, members.order_seeds)
+        self.report = {"epochs": epochs, "epochs_unspent": round(data.meter.budget_epochs - data.meter.epochs_used, 6)}
+        accumulator = PredictiveAccumulator(problem, c.samples, generator)
+        with torch.no_grad():
+            sigma = state.sigma(data.n_train, rule.delta_tilde(steps - 1))
+            for _ in range(c.samples):
+                draw = state.params + sigma * state.noise.next()
+                accumulator.add(members.model.layout.unflatten(draw))
+        self._predictive = accumulator.result()
