@@ -39,6 +39,7 @@ SHORT_RUNS = {
     "sgld": (4, {"chains": "2"}),
     "csgmcmc": (4, {"samples_per_cycle": "1", "exploration": "0.5"}),
     "vogn": (4, {}),
+    "mfvi": (4, {"map_fraction": "0.25"}),
 }
 
 

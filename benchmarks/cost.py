@@ -46,6 +46,7 @@ MEASURED = {
     # One sample per cycle, noise from half-way: a 10-epoch cycle then holds a sample.
     "csgmcmc": {"samples_per_cycle": "1", "exploration": "0.5"},
     "vogn": None,
+    "mfvi": None,
 }
 
 

@@ -1,7 +1,7 @@
 """Per-task step sizes of the SGD-trajectory, SG-MCMC and variational methods on the embedded tasks,
 picked without the HMC reference.
 
-    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn] [--budget 100] [--seeds 0 1 2]
+    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi] [--budget 100] [--seeds 0 1 2]
 
 For each seed, a seeded 10% of each task's training rows is held out. For every learning rate on
 the grid the method runs at the budget on the other 90% (its budget counted on those rows) and is
@@ -32,7 +32,7 @@ from bench.runner import execute, metered
 from bench.tasks import get_task, task_names
 
 GRID = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
-GRIDS = {"vogn": [1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01]}
+GRIDS = {"vogn": [1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01], "mfvi": [1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1]}
 """Per-method grids where the default one does not apply (VOGN's step is a Newton step: 0.01 diverges)."""
 
 
@@ -89,7 +89,7 @@ def scores_on_split(method: str, task_name: str, budget: float, seed: int) -> li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn"])
+    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
     parser.add_argument("--budget", type=float, default=100.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()

@@ -1,4 +1,8 @@
-"""Helpers shared by the approximator tests: run a method's ``fit`` under a real meter."""
+"""Helpers shared by the approximator tests: run a method's ``fit`` under a real meter; Bayesian linear
+regression with its exact posterior."""
+
+import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -52,3 +56,45 @@ def spy_training(monkeypatch):
         monkeypatch.setattr(module, "train_members", recording)
         return calls
     return install
+
+
+@dataclass(frozen=True)
+class LinearRegression:
+    """y = phi^T w + N(0, noise^2), phi = (x, 1) in ``nn.Linear``'s layout (weight, then bias), prior N(0, v I):
+    the posterior is Gaussian with ``precision`` Phi^T Phi / noise^2 + I / v and ``mean``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    phi: torch.Tensor
+    noise: float
+    prior_variance: float
+    precision: torch.Tensor
+    mean: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return len(self.y)
+
+
+@pytest.fixture
+def linear_regression():
+    n, noise, prior_variance = 200, 0.5, 1.0
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    y = x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) + 0.3 + noise * torch.randn(n, generator=g,
+                                                                                         dtype=torch.float64)
+    phi = torch.cat([x, torch.ones(n, 1, dtype=torch.float64)], dim=1)
+    precision = phi.T @ phi / noise**2 + torch.eye(4, dtype=torch.float64) / prior_variance
+    mean = torch.linalg.solve(precision, phi.T @ y / noise**2)
+    return LinearRegression(x, y, phi, noise, prior_variance, precision, mean)
+
+
+def batch_means_se(trace: torch.Tensor, batches: int = 20) -> torch.Tensor:
+    """Monte Carlo standard error of the mean of a stationary trace ``(T, D)``, from ``batches`` batch means."""
+    means = trace[: len(trace) // batches * batches].reshape(batches, -1, trace.shape[-1]).mean(1)
+    return means.std(0) / math.sqrt(batches)
+
+
+@pytest.fixture
+def standard_error():
+    return batch_means_se

@@ -18,6 +18,7 @@ SHORT = {  # (budget, settings): a couple of epochs per member or chain, few tes
     "sgld": (2, {"chains": "2", "burn_in": "0", "lr": "1e-3"}),
     "csgmcmc": (4, {"samples_per_cycle": "1", "exploration": "0.5", "lr": "1e-3"}),
     "vogn": (2, {"samples": "2"}),
+    "mfvi": (2, {"samples": "2"}),
 }
 CHARGED = {"vogn": 1 + 4 / 10}  # the initialisation minibatch (4 of 10 rows), then whole epochs; the rest unspent
 

@@ -17,8 +17,6 @@ the second half of the run and compared within 4.5 standard errors from 20 batch
 precision with E[h] at the run's own jitter of mu and sigma, then with the fixed point above).
 """
 
-import math
-
 import pytest
 import torch
 from torch import nn
@@ -31,48 +29,40 @@ from bench.budget import BudgetMeter, MeteredData
 from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import FixedNoiseGaussian
 
-N, NOISE, PRIOR_VARIANCE, STEPS = 200, 0.5, 1.0, 4000
+STEPS = 4000
 
 
-def _linear_data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(N, 3, generator=g, dtype=torch.float64)
-    y = x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) + 0.3 + NOISE * torch.randn(N, generator=g,
-                                                                                         dtype=torch.float64)
-    phi = torch.cat([x, torch.ones(N, 1, dtype=torch.float64)], dim=1)  # nn.Linear's layout: weight, then bias
-    return x, y, phi
-
-
-def _fixed_point(phi, y, mean, iterations=500):
-    s = torch.ones(phi.shape[1], dtype=torch.float64)
-    for _ in range(iterations):
-        s = _expected_h(phi, y, mean, 1 / (N * (s + 1 / (PRIOR_VARIANCE * N))))
-    return s
-
-
-def _expected_h(phi, y, mean, variance, mean_covariance=None):
+def _expected_h(problem, mean, variance, mean_covariance=None):
     """E[h]: the mean squared per-example gradients at w ~ N(mean, diag(variance)), the mean itself
     jittering with ``mean_covariance`` (the iterates' own, for a run at a constant step size)."""
+    phi, y = problem.phi, problem.y
     expected_sq_residual = (phi @ mean - y) ** 2 + phi.square() @ variance
     if mean_covariance is not None:
         expected_sq_residual = expected_sq_residual + ((phi @ mean_covariance) * phi).sum(1)
-    return (expected_sq_residual.unsqueeze(1) * phi.square()).mean(0) / NOISE**4
+    return (expected_sq_residual.unsqueeze(1) * phi.square()).mean(0) / problem.noise**4
 
 
-def _batch_means_se(trace: torch.Tensor, batches: int = 20) -> torch.Tensor:
-    means = trace[: len(trace) // batches * batches].reshape(batches, -1, trace.shape[-1]).mean(1)
-    return means.std(0) / math.sqrt(batches)
+def _variance(problem, s):
+    return 1 / (problem.n * (s + 1 / (problem.prior_variance * problem.n)))
 
 
-def test_vogn_recovers_the_posterior_mean_and_the_mean_field_precision():
-    x, y, phi = _linear_data()
+def _fixed_point(problem, iterations=500):
+    s = torch.ones(problem.phi.shape[1], dtype=torch.float64)
+    for _ in range(iterations):
+        s = _expected_h(problem, problem.mean, _variance(problem, s))
+    return s
+
+
+def test_vogn_recovers_the_posterior_mean_and_the_mean_field_precision(linear_regression, standard_error):
+    problem, n = linear_regression, linear_regression.n
     factory = lambda: nn.Sequential(nn.Linear(3, 1)).double()  # noqa: E731
     model = StackedModel(factory())
-    objective = Objective(model, FixedNoiseGaussian(NOISE), PRIOR_VARIANCE, N)
+    objective = Objective(model, FixedNoiseGaussian(problem.noise), problem.prior_variance, n)
     params = model.layout.flatten(StackedModel.stack([seeded_module(factory, 0)]))
-    _, initial = gradient_moments(model, objective.likelihood, params, x.unsqueeze(0), y.unsqueeze(0))
+    _, initial = gradient_moments(model, objective.likelihood, params, problem.x.unsqueeze(0),
+                                  problem.y.unsqueeze(0))
     rule = VOGNRule(lr=0.02, beta1=0.9, beta2=0.01, mc_samples=8, taus=[1.0] * STEPS,
-                    prior_variance=PRIOR_VARIANCE, n_train=N, initial_precision=initial,
+                    prior_variance=problem.prior_variance, n_train=n, initial_precision=initial,
                     generators=[torch.Generator().manual_seed(1)])
     trace_mean, trace_precision = [], []
 
@@ -81,30 +71,26 @@ def test_vogn_recovers_the_posterior_mean_and_the_mean_field_precision():
             trace_mean.append(state.params[0].clone())
             trace_precision.append(state.precision[0].clone())
 
-    data = MeteredData(x, y, BudgetMeter(STEPS, N))
-    engine.run(objective, rule, params, data, STEPS, N, [2], on_step=record)
+    data = MeteredData(problem.x, problem.y, BudgetMeter(STEPS, n))
+    engine.run(objective, rule, params, data, STEPS, n, [2], on_step=record)
     trace_mean, trace_precision = torch.stack(trace_mean), torch.stack(trace_precision)
 
-    precision = phi.T @ phi / NOISE**2 + torch.eye(4, dtype=torch.float64) / PRIOR_VARIANCE
-    posterior_mean = torch.linalg.solve(precision, phi.T @ y / NOISE**2)
-    z_mean = (trace_mean.mean(0) - posterior_mean) / _batch_means_se(trace_mean)
+    z_mean = (trace_mean.mean(0) - problem.mean) / standard_error(trace_mean)
     assert z_mean.abs().max() < 4.5, z_mean
-
     # s is an average of h over the run: E[s] = E[h] at the run's own jitter of mu and sigma (Jensen
     # terms of the size of the Monte Carlo error, kept rather than hidden in a looser tolerance).
-    variances = 1 / (N * (trace_precision + 1 / (PRIOR_VARIANCE * N)))
-    expected = _expected_h(phi, y, posterior_mean, variances.mean(0), torch.cov(trace_mean.T))
-    z_precision = (trace_precision.mean(0) - expected) / _batch_means_se(trace_precision)
+    expected = _expected_h(problem, problem.mean, _variance(problem, trace_precision).mean(0),
+                           torch.cov(trace_mean.T))
+    z_precision = (trace_precision.mean(0) - expected) / standard_error(trace_precision)
     assert z_precision.abs().max() < 4.5, z_precision
-    target = _fixed_point(phi, y, posterior_mean)
 
     # The fixed point is the mean-field optimum 1 / diag(Lambda) within the residuals' sampling error.
-    relative = target * N * NOISE**2 / phi.square().sum(0)
-    band = 4.5 * (2 * phi.pow(4).sum(0)).sqrt() / phi.square().sum(0) + 4 / N
+    phi = problem.phi
+    relative = _fixed_point(problem) * n * problem.noise**2 / phi.square().sum(0)
+    band = 4.5 * (2 * phi.pow(4).sum(0)).sqrt() / phi.square().sum(0) + 4 / n
     assert ((relative - 1).abs() < band).all(), (relative, band)
-    vogn_variance = 1 / (N * (trace_precision.mean(0) + 1 / (PRIOR_VARIANCE * N)))
-    mean_field = 1 / precision.diagonal()
-    assert ((vogn_variance / mean_field - 1).abs() < band + 0.01).all()
+    vogn_variance = _variance(problem, trace_precision.mean(0))
+    assert ((vogn_variance * problem.precision.diagonal() - 1).abs() < band + 0.01).all()
 
 
 def test_tempering_reaches_one_before_the_end():

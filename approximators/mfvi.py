@@ -1,0 +1,166 @@
+r"""Mean-field variational inference, Bayes by Backprop (Blundell et al. 2015): ``mfvi``.
+
+q(w) = N(mu, diag(sigma^2)) with sigma = softplus(rho), fitted by maximising the ELBO at full-data
+scale and temperature 1; per training example the loss is
+
+    L(mu, rho) = E_q[ -(1/B) sum_{i in batch} log p(y_i | x_i, w) ] + KL(q || N(0, v I)) / N,
+    KL = sum_j [ (sigma_j^2 + mu_j^2) / v - 1 - log(sigma_j^2 / v) ] / 2   (exact, in closed form).
+
+The expectation is estimated with one reparameterised draw w = mu + sigma * eps per member and step
+(eps ~ N(0, I), shared by the minibatch), so with g = the likelihood term's gradient at w:
+
+    grad_mu  = g + mu / (v N),
+    grad_rho = (g * eps + (sigma / v - 1 / sigma) / N) * sigmoid(rho),
+
+and Adam (cosine decay from ``lr`` to ``min_lr``) steps on (mu, rho) together.
+
+Initialisation as Izmailov et al. (2021) did for their MFVI baseline: a MAP phase inside the budget
+(``map_fraction`` of it, the MAP training of ``sgd`` with the task's ``sgd`` settings, ``map_*``), then mu = the
+MAP weights and sigma = ``init_std``. Prediction: the model average of ``samples`` (30) draws of q.
+
+Deviation (stated here and in the README): one draw per step shared by the minibatch, neither the
+local reparameterisation trick nor Flipout; both reduce the variance of the gradient, not its mean,
+and are not built yet.
+
+Budget rule: round(``map_fraction`` x B) epochs (at least 1) of MAP, the rest, floor(B) minus
+those, of VI. Per-task defaults: ``lr`` for the embedded tasks from ``python
+benchmarks/tune_trajectory.py mfvi`` (held-out NLL, never the reference); elsewhere untuned.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from approximators import engine
+from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
+                                 next_seed)
+from approximators.engine import Objective
+from approximators.map import MAP_DEFAULTS
+from approximators.sgld import chain_generators
+from approximators.training import Members, schedule_of, train_members
+from approximators.updates import Adam, NoiseStream, cosine_schedule
+from bench.budget import MeteredData
+from bench.errors import BudgetExhausted, ConfigError
+
+
+TUNED = {"toy-gap": dict(lr=0.01), "diabetes-gap": dict(lr=0.01), "digits": dict(lr=0.003)}
+
+
+@dataclass(frozen=True)
+class MFVIConfig:
+    batch_size: int = 128
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    map_fraction: float = 0.1
+    init_std: float = 1e-3
+    samples: int = 30
+    # the MAP phase: Adam with a cosine decay, as `sgd` (its per-task settings below)
+    map_lr: float = 1e-2
+    map_min_lr: float = 1e-4
+    map_beta1: float = 0.9
+    map_beta2: float = 0.999
+
+
+MFVI_DEFAULTS = {
+    # lr: `python benchmarks/tune_trajectory.py mfvi` (held-out NLL, seeds 0-2, budget 100); the MAP
+    # phase: `sgd`'s settings of the task.
+    task: {"batch_size": settings["batch_size"], **{f"map_{k}": v for k, v in settings.items() if k != "batch_size"},
+           **TUNED.get(task, {})}
+    for task, settings in MAP_DEFAULTS.items()
+}
+
+
+@dataclass
+class MFVIState:
+    params: torch.Tensor  # mu (K, D): a view of ``adam.params``
+    adam: object  # Adam's state over (mu, rho) as one (K, 2D) tensor
+    noise: NoiseStream
+    draw: torch.Tensor  # w (K, D), a leaf the likelihood gradient is taken at
+
+    @property
+    def rho(self) -> torch.Tensor:
+        return self.adam.params[:, self.params.shape[1]:]
+
+
+class MFVIRule:
+    """Adam on the reparameterised ELBO of the module docstring, over stacked members."""
+
+    def __init__(self, adam: Adam, prior_variance: float, n_train: int, generators: list[torch.Generator]):
+        self.adam, self.prior_variance, self.n_train, self.generators = adam, prior_variance, n_train, generators
+
+    def init(self, variational: torch.Tensor) -> MFVIState:
+        """``variational`` ``(K, 2D)``: mu then rho."""
+        dim = variational.shape[1] // 2
+        adam = self.adam.init(variational.detach().clone())
+        mu = adam.params[:, :dim]
+        return MFVIState(mu, adam, NoiseStream(self.generators, mu), torch.empty_like(mu).requires_grad_(True))
+
+    def gradient(self, objective: Objective, state: MFVIState, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        rho = state.rho
+        with torch.no_grad():
+            sigma = F.softplus(rho)
+            eps = state.noise.next()
+            state.draw.copy_(torch.addcmul(state.params, sigma, eps))
+        g = objective.likelihood_gradient(state.draw, x, y)
+        with torch.no_grad():
+            scale = 1.0 / self.n_train
+            grad_mu = g.add(state.params, alpha=scale / self.prior_variance)
+            grad_rho = (g * eps + (sigma / self.prior_variance - sigma.reciprocal()) * scale) * torch.sigmoid(rho)
+            return torch.cat([grad_mu, grad_rho], dim=1)
+
+    def update(self, state: MFVIState, grads: torch.Tensor, step: int) -> MFVIState:
+        self.adam.update(state.adam, grads, step)
+        return state
+
+
+def inverse_softplus(value: float) -> float:
+    return value + math.log(-math.expm1(-value))
+
+
+class MFVI(Approximator):
+    name = "mfvi"
+    summary = "mean-field VI (Bayes by Backprop): reparameterised Gaussian posterior, exact KL, MAP start"
+    paper = "Blundell et al. 2015"
+    Config = MFVIConfig
+    TASK_DEFAULTS = MFVI_DEFAULTS
+    check_budget = 20.0
+
+    def plan(self, budget: float) -> tuple[int, int]:
+        """(MAP epochs, VI epochs) or a one-line error."""
+        c = self.config
+        check_positive(self.name, lr=c.lr, init_std=c.init_std)
+        if not (0 <= c.min_lr <= c.lr) or not 0 < c.map_fraction < 1:
+            raise ConfigError("mfvi: min_lr must lie in [0, lr] and map_fraction in (0, 1)")
+        check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
+        total = math.floor(budget + 1e-9)
+        map_epochs = max(1, round(c.map_fraction * total))
+        if total - map_epochs < 1:
+            raise BudgetExhausted(f"mfvi: a budget of {budget:g} epochs leaves no epoch of VI after {map_epochs} "
+                                  f"of MAP")
+        return map_epochs, total - map_epochs
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        c = self.config
+        map_epochs, vi_epochs = self.plan(data.meter.budget_epochs)
+        generators, noise = chain_generators(generator, 1, data.device)
+        members = Members.start(problem, data, generators)
+        layout = members.model.layout
+        mu = layout.flatten(train_members(members.model, layout.unflatten(members.params), data, problem.likelihood,
+                                          problem.prior_variance, map_epochs, schedule_of(c, "map_"),
+                                          members.order_seeds))
+        rho = torch.full_like(mu, inverse_softplus(c.init_std))
+        steps = vi_epochs * engine.steps_per_epoch(data.n_train, c.batch_size)
+        rule = MFVIRule(Adam(cosine_schedule(c.lr, c.min_lr, steps)), problem.prior_variance, data.n_train, noise)
+        state = engine.run(members.objective, rule, torch.cat([mu, rho], dim=1), data, vi_epochs, c.batch_size,
+                           [next_seed(g) for g in generators])
+        self.report = {"map_epochs": map_epochs, "vi_epochs": vi_epochs}
+        accumulator = PredictiveAccumulator(problem, c.samples, generator)
+        with torch.no_grad():
+            sigma = F.softplus(state.rho)
+            for _ in range(c.samples):
+                accumulator.add(layout.unflatten(state.params + sigma * state.noise.next()))
+        self._predictive = accumulator.result()
