@@ -24,7 +24,8 @@ and are not built yet.
 
 Budget rule: round(``map_fraction`` x B) epochs (at least 1) of MAP, the rest, floor(B) minus
 those, of VI. Per-task defaults: ``lr`` for the embedded tasks from ``python
-benchmarks/tune_trajectory.py mfvi`` (held-out NLL, never the reference); elsewhere untuned.
+benchmarks/tune_trajectory.py mfvi`` (held-out NLL, never the reference); elsewhere an untuned 1e-3
+that trains on random data of each task's shapes (``benchmarks/competition_stability.py``).
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ estimate in the update above (Adam's 0.999 in Adam's convention, s <- beta s + (
 here would make s the last minibatch's noisy h, and steps alpha m / s then diverge); ``lr`` for
 the embedded tasks from ``python benchmarks/tune_trajectory.py vogn``
 (held-out NLL over 1e-5..1e-2, never the reference: 3e-4, 1e-3 on diabetes-gap); on the
-competition tasks 3e-4, untuned there. Deviation: the paper's external damping gamma and its
+competition tasks 3e-4, untuned there (it trains on random data of each task's shapes:
+``benchmarks/competition_stability.py``). Deviation: the paper's external damping gamma and its
 data-augmentation factor rho are 0 and 1 (our posterior has neither).
 """
 

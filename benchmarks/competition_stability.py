@@ -1,9 +1,9 @@
 """Do the competition defaults train at all? Short runs on random data of each task's official shapes.
 
-    python benchmarks/competition_stability.py [--methods swag sgld csgmcmc] [--tasks cifar10c ...] [--seeds 0 1 2]
+    python benchmarks/competition_stability.py [--methods swag ... mfvi] [--tasks cifar10c ...] [--seeds 0 1 2]
 
 The competition defaults of the SWAG and SG-MCMC methods are their authors' CIFAR settings, taken to
-models they were not published for (no batch norm here). A default that diverges within a few
+models they were not published for (no batch norm here); those of VOGN and MFVI are untuned. A default that diverges within a few
 epochs on random inputs and labels of the task's official shapes (``--rows`` rows, the short runs of
 ``competition_cost.py``) is lowered by the rule of ``tune_trajectory.py``: down the rate grid to the
 largest rate that trains on every seed, then one grid step more, so the default sits a grid step
@@ -21,7 +21,7 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from competition_cost import SHORT_RUNS  # noqa: E402
-from tune_trajectory import GRID  # noqa: E402
+from tune_trajectory import grid  # noqa: E402
 
 from approximators import METHODS, resolve_config  # noqa: E402
 from bench.errors import TrainingDiverged  # noqa: E402
@@ -43,7 +43,7 @@ def trains(method: str, task_name: str, rows: int, seed: int, lr: float | None =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["swag", "sgld", "csgmcmc"])
+    parser.add_argument("--methods", nargs="+", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rows", type=int, default=512)
@@ -55,9 +55,10 @@ def main() -> None:
             row = {"method": method, "task": task_name, "default lr": default,
                    "trains on seeds": sum(trains(method, task_name, args.rows, s) for s in args.seeds)}
             if row["trains on seeds"] < len(args.seeds):
-                stable = next((lr for lr in sorted((g for g in GRID if g < default), reverse=True)
+                rates = grid(method)
+                stable = next((lr for lr in sorted((g for g in rates if g < default), reverse=True)
                                if all(trains(method, task_name, args.rows, s, lr) for s in args.seeds)), None)
-                below = [g for g in GRID if stable is not None and g < stable]
+                below = [g for g in rates if stable is not None and g < stable]
                 row["largest lr that trains"] = stable
                 row["rule's lr (a grid step below)"] = max(below) if below else None
             rows.append(row)
