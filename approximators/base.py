@@ -188,6 +188,18 @@ def member_seeds(generator: torch.Generator, n: int) -> list[int]:
     return torch.randint(0, 2**62, (n,), generator=generator).tolist()
 
 
+def mean_field_predictive(problem: Problem, generator: torch.Generator, layout, mean: torch.Tensor,
+                          std: torch.Tensor, noise, samples: int) -> np.ndarray:
+    """The model average of ``samples`` draws mean + std * z from each of K mean-field Gaussians (``mean``, ``std``
+    ``(K, D)``; z from ``noise.next()``, a :class:`approximators.updates.NoiseStream`), each streamed
+    into the average (``layout``: the model's :class:`bench.functional.ParameterLayout`)."""
+    accumulator = PredictiveAccumulator(problem, samples * mean.shape[0], generator)
+    with torch.no_grad():
+        for _ in range(samples):
+            accumulator.add(layout.unflatten(mean + std * noise.next()))
+    return accumulator.result()
+
+
 def member_generators(generator: torch.Generator, n: int) -> list[torch.Generator]:
     """One generator per member or chain, seeded from the run's generator: a member's draws then do
     not depend on how many members train together."""

@@ -96,6 +96,16 @@ def steps_per_epoch(n_rows: int, batch_size: int) -> int:
     return math.ceil(n_rows / batch_size)
 
 
+def member_order(n_rows: int, shuffler: torch.Generator) -> torch.Tensor:
+    """A member's order of ``n_rows`` rows for its next epoch, from its own generator."""
+    return torch.randperm(n_rows, generator=shuffler)
+
+
+def first_minibatch(seed: int, n_rows: int, batch_size: int) -> torch.Tensor:
+    """The rows of the first minibatch :func:`run` gives a member with order seed ``seed`` (all rows)."""
+    return member_order(n_rows, torch.Generator().manual_seed(seed))[:batch_size]
+
+
 def run(
     objective: Objective,
     rule: UpdateRule,
@@ -124,7 +134,7 @@ def run(
     gradient = getattr(rule, "gradient", None)
     step = 0
     for epoch in range(epochs):
-        order = rows[torch.stack([torch.randperm(len(rows), generator=g) for g in shufflers])]
+        order = rows[torch.stack([member_order(len(rows), g) for g in shufflers])]
         for start in range(0, len(rows), batch_size):
             x, y = data.batch(order[:, start:start + batch_size])
             grads = objective.gradient(state.params, x, y) if gradient is None else gradient(objective, state, x, y)

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
+from approximators.base import (Approximator, Problem, check_at_least, check_positive, mean_field_predictive,
                                  next_seed)
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
@@ -194,9 +194,7 @@ class MFVI(Approximator):
         state = engine.run(members.objective, rule, torch.cat([mu, rho], dim=1), data, vi_epochs, c.batch_size,
                            [next_seed(g) for g in generators])
         self.report = {"map_epochs": map_epochs, "vi_epochs": vi_epochs}
-        accumulator = PredictiveAccumulator(problem, c.samples, generator)
         with torch.no_grad():
             sigma = F.softplus(state.rho)
-            for _ in range(c.samples):
-                accumulator.add(layout.unflatten(state.params + sigma * state.noise.next()))
-        self._predictive = accumulator.result()
+        self._predictive = mean_field_predictive(problem, generator, layout, state.params, sigma, state.noise,
+                                                 c.samples)

@@ -36,7 +36,7 @@ run's report says so.
 Per-task defaults: the competition tasks use the SWAG authors' CIFAR settings for the network
 without batch normalisation (VGG-16: batch 128, lr 0.05, swa_lr 0.01, momentum 0.9); none was
 published for the other models. The embedded tasks' ``lr`` (with swa_lr = lr / 5, the same ratio)
-is picked by ``python benchmarks/tune_swag.py``: a seeded grid search on the NLL of held-out
+is picked by ``python benchmarks/tune_trajectory.py swag``: a seeded grid search on the NLL of held-out
 training rows, never the HMC reference.
 """
 
@@ -150,7 +150,6 @@ class SWAG(Approximator):
     TASK_DEFAULTS = SWAG_DEFAULTS
     check_budget = 20.0
     low_rank = True
-    default_runs = 1
 
     def check_settings(self) -> None:
         """One line naming the first nonsensical setting."""

@@ -45,7 +45,7 @@ from typing import Sequence
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
+from approximators.base import Approximator, Problem, check_at_least, check_positive, mean_field_predictive
 from approximators.engine import Objective
 from approximators.per_example import gradient_moments
 from approximators.sgld import chain_generators
@@ -100,7 +100,7 @@ class VOGNRule:
         self.initial_precision, self.generators = initial_precision, generators
 
     def delta_tilde(self, step: int) -> float:
-        return self.taus[min(step, len(self.taus) - 1)] * self.delta / self.n_train
+        return self.taus[step] * self.delta / self.n_train
 
     def init(self, params: torch.Tensor) -> VOGNState:
         return VOGNState(params, torch.zeros_like(params), self.initial_precision.clone(),
@@ -165,10 +165,8 @@ class VOGN(Approximator):
         epochs = self.plan(data.meter.budget_epochs, data.n_train)
         generators, noise = chain_generators(generator, 1, data.device)
         members = Members.start(problem, data, generators)
-        # s_0: the mean squared per-example gradients at mu_0 on the first minibatch of the first
-        # epoch's order (the engine draws the same order from the same seed).
-        first = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(members.order_seeds[0]))
-        x, y = data.batch(first[:c.batch_size].unsqueeze(0))
+        # s_0: the mean squared per-example gradients at mu_0 on the first minibatch of the first epoch.
+        x, y = data.batch(engine.first_minibatch(members.order_seeds[0], data.n_train, c.batch_size).unsqueeze(0))
         params = members.params.to(data.device)
         _, initial_precision = gradient_moments(members.model, problem.likelihood, params, x, y)
         steps = epochs * engine.steps_per_epoch(data.n_train, c.batch_size)
@@ -176,10 +174,7 @@ class VOGN(Approximator):
                         problem.prior_variance, data.n_train, initial_precision, noise)
         state = engine.run(members.objective, rule, params, data, epochs, c.batch_size, members.order_seeds)
         self.report = {"epochs": epochs, "epochs_unspent": round(data.meter.budget_epochs - data.meter.epochs_used, 6)}
-        accumulator = PredictiveAccumulator(problem, c.samples, generator)
         with torch.no_grad():
             sigma = state.sigma(data.n_train, rule.delta_tilde(steps - 1))
-            for _ in range(c.samples):
-                draw = state.params + sigma * state.noise.next()
-                accumulator.add(members.model.layout.unflatten(draw))
-        self._predictive = accumulator.result()
+        self._predictive = mean_field_predictive(problem, generator, members.model.layout, state.params, sigma,
+                                                 state.noise, c.samples)
