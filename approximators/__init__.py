@@ -6,6 +6,7 @@ from approximators.anchored import AnchoredEnsemble
 from approximators.csgmcmc import CyclicalSGMCMC
 from approximators.base import Approximator, Problem, resolve_config
 from approximators.map import MAP, DeepEnsemble
+from approximators.mc_dropout import MCDropout
 from approximators.mfvi import MFVI
 from approximators.sae import SequentialAnchoredEnsemble
 from approximators.sgld import StochasticGradientLangevin
@@ -15,7 +16,7 @@ from bench.errors import ConfigError
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
-    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI)}
+    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout)}
 
 
 def get_method(name: str) -> type[Approximator]:

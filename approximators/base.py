@@ -67,13 +67,16 @@ class PredictiveAccumulator:
     Regression: ``n_predictive_samples`` draws per test point spread evenly over the
     ``n_members`` members (member i contributes S // M draws, plus one for i < S % M), each
     member drawing from its own predictive p(y | x, theta_i).
+
+    ``model`` evaluates the members (a :class:`StackedModel` of the task's network by default; MC
+    dropout passes its network with dropout active, so that each added member is one dropout draw).
     """
 
-    def __init__(self, problem: Problem, n_members: int, generator: torch.Generator):
+    def __init__(self, problem: Problem, n_members: int, generator: torch.Generator, model=None):
         if n_members < 1:
             raise ValueError("an approximation needs at least one member")
         self.problem, self.n_members, self.generator = problem, n_members, generator
-        self.model = StackedModel(problem.model_factory())
+        self.model = StackedModel(problem.model_factory()) if model is None else model
         self.added = 0
         n_test = problem.x_test.shape[0]
         if problem.kind == "classification":
@@ -133,6 +136,13 @@ class Approximator:
         self._predictive: np.ndarray | None = None
         self.report: dict = {}
         """What the run should know about how the method spent its budget (stored in the result record)."""
+
+    @classmethod
+    def architecture_change(cls, config) -> str | None:
+        """How the method changes the task's network (None: it approximates the task's own posterior).
+        A method that changes it approximates another posterior than the reference's; the change is
+        shown by ``bench methods``, stored in every result record and marked on the leaderboard."""
+        return None
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         raise NotImplementedError

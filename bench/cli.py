@@ -272,6 +272,8 @@ def _cmd_methods(_args) -> int:
     from approximators import METHODS
 
     rows = [{"method": name, "what": m.summary, "paper": m.paper,
+             # a method that changes the network approximates another posterior than the reference's
+             "network": "task's" if m.architecture_change(m.Config()) is None else "changed (see its docs)",
              "settings": ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(m.Config))}
             for name, m in METHODS.items()]
     print(tabulate(rows, headers="keys"))

@@ -112,7 +112,10 @@ def probe(method_name: str, task_name: str, budget: float | None = None, seed: i
         task, x_train=marked(task.x_train[rows], TRAIN_MARK), y_train=task.y_train[rows],
         x_test=marked(task.x_test, TEST_MARK), model_factory=lambda: RowCounter(task.model_factory(), tally))
     problem, data = metered(probed, budget)
-    execute(method, resolve_config(method, task.name, overrides), problem, data, seed)
+    config = resolve_config(method, task.name, overrides)
+    if hasattr(config, "sites"):  # layers named in a setting (MC dropout's) sit under the wrapper
+        config = dataclasses.replace(config, sites=",".join(f"inner.{site}" for site in config.sites.split(",")))
+    execute(method, config, problem, data, seed)
     meter = data.meter
     return ProbeResult(method.name, task.name, budget, probed.n_train, task.n_test, meter.epochs_used, meter.examples,
                        meter.test_passes, tally.train_rows, tally.test_rows, tally.unmarked_rows)

@@ -131,6 +131,7 @@ def run(spec: RunSpec) -> dict:
         "wall_seconds": round(wall, 3),
         "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
         "config": asdict(config),
+        "architecture_change": method.architecture_change(config),
         "method_report": report,
         "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
         "environment": env,

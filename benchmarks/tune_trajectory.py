@@ -1,9 +1,10 @@
-"""Per-task step sizes of the SGD-trajectory, SG-MCMC and variational methods on the embedded tasks,
-picked without the HMC reference.
+"""Per-task step sizes of the SGD-trajectory, SG-MCMC and variational methods, and MC dropout's rate,
+on the embedded tasks, picked without the HMC reference.
 
-    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi] [--budget 100] [--seeds 0 1 2]
+    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi mc-dropout] [--budget 100] [--seeds 0 1 2]
 
-For each seed, a seeded 10% of each task's training rows is held out. For every learning rate on
+For each seed, a seeded 10% of each task's training rows is held out. For every learning rate (MC
+dropout: every dropout rate, at ``sgd``'s learning rate of the task) on
 the grid the method runs at the budget on the other 90% (its budget counted on those rows) and is
 scored by the negative log-likelihood of its predictive on the held-out rows: the mean log
 probability of the label (classification), or the log density of the moment-matched Gaussian of its
@@ -32,8 +33,11 @@ from bench.runner import execute, metered
 from bench.tasks import get_task, task_names
 
 GRID = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
-GRIDS = {"vogn": [1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01], "mfvi": [1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1]}
+GRIDS = {"vogn": [1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01], "mfvi": [1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1],
+         "mc-dropout": [0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5]}  # Gal & Ghahramani's UCI grid, and larger
 """Per-method grids where the default one does not apply (VOGN's step is a Newton step: 0.01 diverges)."""
+TUNED_SETTING = {"mc-dropout": "rate"}
+"""The setting a method's grid is over, where it is not ``lr``."""
 
 
 def grid(method: str) -> list[float]:
@@ -49,6 +53,8 @@ def held_out_nll(task, predictive: np.ndarray, y: np.ndarray) -> float:
 
 
 def settings(method: str, task: str, lr: float) -> dict[str, str]:
+    if method in TUNED_SETTING:
+        return {TUNED_SETTING[method]: str(lr)}
     values = {"batch_size": str(EMBEDDED_DEFAULTS[task]["batch_size"]), "lr": str(lr)}
     if method == "swag":
         values["swa_lr"] = str(lr / 5)
@@ -89,7 +95,7 @@ def scores_on_split(method: str, task_name: str, budget: float, seed: int) -> li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
+    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi", "mc-dropout"])
     parser.add_argument("--budget", type=float, default=100.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
@@ -97,7 +103,7 @@ def main() -> None:
     for method in args.methods:
         for task in task_names():
             best, scores = tune(method, task, args.budget, args.seeds)
-            rows.append({"method": method, "task": task, "best lr": f"{best:g}",
+            rows.append({"method": method, "task": task, f"best {TUNED_SETTING.get(method, 'lr')}": f"{best:g}",
                          **{f"{lr:g}": f"{score:.3f}" for lr, score in zip(grid(method), scores)}})
     print(f"held-out NLL by lr, mean over seeds {args.seeds} (budget {args.budget:g})")
     print(tabulate(rows, headers="keys", disable_numparse=True))

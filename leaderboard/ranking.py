@@ -58,6 +58,8 @@ class Entry:
     reliability: list[dict] = field(default_factory=list)
     verified: int = 0
     """How many of the entry's seeds were re-executed and reproduced (``submit --verify``)."""
+    architecture_change: str | None = None
+    """How the method changed the task's network (it then approximates another posterior than the reference's)."""
 
     def summary(self, metric: str) -> tuple[float, float | None]:
         return mean_std(self.metrics[metric])
@@ -119,7 +121,8 @@ def tracks(rows: list[RunRow]) -> list[Track]:
                                                     row.reference_sha256, row.budget, row.noise_floor))
         entry = next((e for e in track.entries if (e.method, e.config_hash) == (row.method, row.config_hash)), None)
         if entry is None:
-            entry = Entry(row.method, row.config_hash, row.config, row.source)
+            entry = Entry(row.method, row.config_hash, row.config, row.source,
+                          architecture_change=row.architecture_change)
             track.entries.append(entry)
         entry.add(row)
     for track in grouped.values():
@@ -127,7 +130,19 @@ def tracks(rows: list[RunRow]) -> list[Track]:
     return sorted(grouped.values(), key=lambda t: (t.task, t.task_version, t.budget))
 
 
+CHANGED_NETWORK_MARK = "\u2020"
+"""Follows the label of an entry that changed the task's network (a footnote says how)."""
+
+
 def entry_label(track: Track, entry: Entry) -> str:
-    """The method name, with a short config hash where the track holds several configurations of it."""
+    """The method name, with a short config hash where the track holds several configurations of it, and
+    :data:`CHANGED_NETWORK_MARK` where it changed the task's network."""
     same_method = [e for e in track.entries if e.method == entry.method]
-    return entry.method if len(same_method) == 1 else f"{entry.method} [{entry.config_hash[:8]}]"
+    label = entry.method if len(same_method) == 1 else f"{entry.method} [{entry.config_hash[:8]}]"
+    return label if entry.architecture_change is None else f"{label} {CHANGED_NETWORK_MARK}"
+
+
+def changed_network_notes(track: Track) -> list[str]:
+    """One footnote per entry of ``track`` that changed the task's network."""
+    return [f"{CHANGED_NETWORK_MARK} {entry_label(track, e)[:-2]}: {e.architecture_change}; a changed network "
+            "approximates another posterior than the reference's" for e in track.entries if e.architecture_change]

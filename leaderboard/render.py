@@ -2,7 +2,8 @@
 
 Every format shows, per track (task at a budget), the ranked method configurations with the mean and
 standard deviation over seeds of every metric, the seed count, the reference's noise floor as the
-ceiling row, and the cost: epochs used and wall-clock seconds (means over seeds).
+ceiling row, and the cost: epochs used and wall-clock seconds (means over seeds). An entry that changed
+the task's network (MC dropout) is marked and footnoted, and carries ``architecture_change`` in CSV and JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from leaderboard.ranking import (
     STD_DDOF,
     Entry,
     Track,
+    changed_network_notes,
     entry_label,
     higher_is_better,
     mean_std,
@@ -74,6 +76,7 @@ def markdown(all_tracks: list[Track]) -> str:
     for track in all_tracks:
         parts.append(f"## {_heading(track)}\n\n{_explanation(track.kind)}.\n")
         parts.append(tabulate(_display_rows(track), headers="keys", tablefmt="github", disable_numparse=True) + "\n")
+        parts.extend(escape(note) + "\n" for note in changed_network_notes(track))
     return "\n".join(parts)
 
 
@@ -91,7 +94,7 @@ def as_json(all_tracks: list[Track]) -> str:
             "reference_sha256": t.reference_sha256, "noise_floor": t.noise_floor,
             "entries": [{
                 "rank": rank, "method": e.method, "config_hash": e.config_hash, "config": e.config,
-                "source": e.source, "seeds": e.seeds, "metrics": {m: _summary(e, m) for m in e.metrics},
+                "source": e.source, "architecture_change": e.architecture_change, "seeds": e.seeds, "metrics": {m: _summary(e, m) for m in e.metrics},
                 "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
                 "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": sorted(e.devices), "submitters": sorted(e.submitters),
             } for rank, e in enumerate(t.entries, start=1)],
@@ -103,7 +106,7 @@ def as_json(all_tracks: list[Track]) -> str:
 def as_csv(all_tracks: list[Track]) -> str:
     """One line per entry and one noise-floor line per track; ``<metric>_mean`` / ``<metric>_std`` columns."""
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
-    header = ["task", "task_version", "budget", "rank", "method", "config_hash", "seeds",
+    header = ["task", "task_version", "budget", "rank", "method", "config_hash", "architecture_change", "seeds",
               *[f"{m}_{stat}" for m in names for stat in ("mean", "std")],
               "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices", "submitters"]
     buffer = io.StringIO()
@@ -115,7 +118,7 @@ def as_csv(all_tracks: list[Track]) -> str:
         for rank, e in enumerate(t.entries, start=1):
             cells = {f"{m}_{stat}": value for m in e.metrics for stat, value in zip(("mean", "std"), e.summary(m))}
             writer.writerow({**track_cells, "rank": rank, "method": e.method, "config_hash": e.config_hash,
-                             "seeds": len(e.seeds), **cells, "epochs_used_mean": _optional_mean(e.epochs_used),
+                             "architecture_change": e.architecture_change, "seeds": len(e.seeds), **cells, "epochs_used_mean": _optional_mean(e.epochs_used),
                              "verified_seeds": e.verified,
                              "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": ";".join(sorted(e.devices)),
                              "submitters": ";".join(sorted(e.submitters))})
@@ -199,6 +202,7 @@ def html_page(all_tracks: list[Track]) -> str:
         for track in task_tracks:
             body.append(f"<h3>{escape(_heading(track))}</h3>")
             body.append(tabulate(_display_rows(track), headers="keys", tablefmt="html", disable_numparse=True))
+            body.extend(f"<p>{escape(note)}</p>" for note in changed_network_notes(track))
         body.append("</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>bdl-bench leaderboard</title>"
             f"<style>{STYLE}</style></head><body><h1>bdl-bench leaderboard</h1>"

@@ -71,6 +71,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN verified INTEGER NOT NULL DEFAULT 0 CHECK (verified IN (0, 1))
     """,
+    # 2 -> 3: how a method changed the task's network (MC dropout), NULL for the task's own network.
+    """
+    ALTER TABLE runs ADD COLUMN architecture_change TEXT
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -116,6 +120,8 @@ class RunRow:
     metrics: dict[str, dict[str, float]]
     verified: bool = False
     """Re-executed under the meter and reproduced (``submit --verify``)."""
+    architecture_change: str | None = None
+    """How the method changed the task's network, so that it approximates another posterior (None: unchanged)."""
 
     @property
     def key(self) -> tuple:
@@ -210,13 +216,14 @@ class Store:
                     "INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
                     "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
                     "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
-                    "submitter, notes, finished_at, submitted_at, verified) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "submitter, notes, finished_at, submitted_at, verified, architecture_change) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
                      row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
                      row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
                      _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
-                     row.notes, row.finished_at, row.submitted_at, int(row.verified))).lastrowid
+                     row.notes, row.finished_at, row.submitted_at, int(row.verified),
+                     row.architecture_change)).lastrowid
                 db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
                                [(run_id, block, name, value) for block, values in row.metrics.items()
                                 for name, value in values.items()])
@@ -274,4 +281,5 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         wall_seconds=record["wall_seconds"], device=record["device"], versions=loaded("versions_json"),
         noise_floor=loaded("noise_floor_json"), reliability=loaded("reliability_json"),
         submitter=record["submitter"], notes=record["notes"], finished_at=record["finished_at"],
-        submitted_at=record["submitted_at"], metrics=metrics, verified=bool(record["verified"]))
+        submitted_at=record["submitted_at"], metrics=metrics, verified=bool(record["verified"]),
+        architecture_change=record["architecture_change"])

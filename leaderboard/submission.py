@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from approximators import METHODS
 from bench import metrics, records
 from bench.errors import BenchError, ConfigError
 from bench.runner import score
@@ -60,6 +61,7 @@ _RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "metrics": (dict,), "metrics_by_block": (dict,), "wall_seconds": (int, float), "device": (str,),
     "config": (dict,), "versions": (dict,), "reference": (dict,),
 }
+MAX_ARCHITECTURE_CHANGE_CHARS = 1000
 
 
 class SubmissionError(BenchError):
@@ -257,6 +259,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         verification = re_execute(folder, cache)
         if not verification.passed:
             raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
+    architecture_change = _architecture_change(result, source)
     return RunRow(
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
@@ -266,7 +269,21 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=scored, verified=verify)
+        submitted_at=_now(), metrics=scored, verified=verify, architecture_change=architecture_change)
+
+
+def _architecture_change(result: dict, source: str) -> str | None:
+    """The record's ``architecture_change`` (text or null); a built-in method that changes the network must say so."""
+    change = result.get("architecture_change")
+    if change is not None and (not isinstance(change, str) or not change or len(change) > MAX_ARCHITECTURE_CHANGE_CHARS
+                               or not change.isprintable()):
+        raise SubmissionError(f"{source}: architecture_change must be null or 1 to {MAX_ARCHITECTURE_CHANGE_CHARS} "
+                              "printable characters")
+    method = METHODS.get(result["method"])
+    if change is None and method is not None and method.architecture_change(method.Config()) is not None:
+        raise SubmissionError(f"{source}: {result['method']} changes the task's network, but the record does not say "
+                              "how (architecture_change); rerun it with this version of bdl-bench")
+    return change
 
 
 def _safe_member_name(name: str, archive: Path) -> str:

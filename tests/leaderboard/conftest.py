@@ -26,8 +26,9 @@ def blurred_predictions(task_name: str, amount: float, seed: int = 0) -> np.ndar
 
 
 def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budget: float = 10.0,
-              amount: float | None = None, config: dict | None = None) -> Path:
-    """A run folder exactly as ``bench.runner.run`` writes it, with honestly computed metrics."""
+              amount: float | None = None, config: dict | None = None, **fields) -> Path:
+    """A run folder exactly as ``bench.runner.run`` writes it, with honestly computed metrics (``fields``: more
+    or replaced fields of its record)."""
     task = get_task(task_name)
     reference = load_reference(task)
     predictions = blurred_predictions(task_name, 0.1 + 0.05 * seed if amount is None else amount, seed)
@@ -38,6 +39,7 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         "metrics_by_block": by_block, "noise_floor": reference.noise_floor, "wall_seconds": 1.5, "device": "cpu",
         "config": config if config is not None else {"members": 5}, "versions": {"torch": "test"},
         "reference": {"sha256": reference.sha256, "key": reference.key}, "finished_at": "2025-01-01T00:00:00+00:00",
+        **fields,
     }
     folder = records.run_folder(out, task.name, method, budget, seed)
     records.write_run(folder, reference.key, predictions, result)

@@ -93,3 +93,29 @@ def test_noise_floor_spans_the_plot_even_with_a_single_budget():
     xs = [float(point.split(",")[0]) for point in floor_line.split('points="')[1].split('"')[0].split()]
     assert xs == [left, right]
     assert ">20<" in chart and ">0<" not in chart, "the floor adds no budget tick"
+
+
+def test_an_entry_that_changed_the_network_is_marked_in_every_format(tmp_path, db_path, make_run, run_cli):
+    runs = tmp_path / "runs"
+    change = "dropout (rate 0.1) on the inputs of layers 2"
+    make_run(runs, "digits", method="mc-dropout", config={"rate": 0.1}, architecture_change=change)
+    make_run(runs, "digits", method="de")
+    assert run_cli("submit", str(runs), "--name", "a")[0] == 0
+    code, out, _ = run_cli("leaderboard")
+    assert code == 0
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    assert any("mc-dropout \u2020" in line for line in table)
+    assert not any("de \u2020" in line for line in table)
+    assert f"\u2020 mc-dropout: {change}; a changed network approximates another posterior" in out
+    entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
+    assert {e["method"]: e["architecture_change"] for e in entries} == {"mc-dropout": change, "de": None}
+    rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
+    assert {r["method"]: r["architecture_change"] for r in rows if r["rank"]} == {"mc-dropout": change, "de": ""}
+    page = run_cli("leaderboard", "--format", "html")[1]
+    assert "mc-dropout \u2020" in page and change in page
+
+
+def test_a_built_in_method_that_changes_the_network_must_say_how(tmp_path, db_path, make_run, run_cli):
+    make_run(tmp_path / "runs", "digits", method="mc-dropout")
+    code, _, err = run_cli("submit", str(tmp_path / "runs"), "--name", "a")
+    assert code != 0 and "architecture_change" in err and len(err.strip().splitlines()) == 1

@@ -147,9 +147,12 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
     raw.commit()
     raw.close()
     with Store(path) as db:
-        assert db.schema_version == 2
+        assert db.schema_version == store.SCHEMA_VERSION == 3
         db.insert([row(0)])
         assert db.runs()[0].verified is False
+        assert db.runs()[0].architecture_change is None
         added, present = db.insert([row(0, verified=True)])
         assert (added, len(present)) == ([], 1)
         assert db.runs()[0].verified is True
+        db.insert([row(1, architecture_change="dropout before the classifier")])
+        assert db.runs()[1].architecture_change == "dropout before the classifier"
