@@ -40,6 +40,7 @@ SHORT_RUNS = {
     "csgmcmc": (4, {"samples_per_cycle": "1", "exploration": "0.5"}),
     "vogn": (4, {}),
     "mfvi": (4, {"map_fraction": "0.25"}),
+    "mc-dropout": (4, {}),
 }
 
 
