@@ -5,6 +5,7 @@ from __future__ import annotations
 from approximators.anchored import AnchoredEnsemble
 from approximators.csgmcmc import CyclicalSGMCMC
 from approximators.base import Approximator, Problem, resolve_config
+from approximators.laplace import Laplace
 from approximators.map import MAP, DeepEnsemble
 from approximators.mc_dropout import MCDropout
 from approximators.mfvi import MFVI
@@ -16,7 +17,7 @@ from bench.errors import ConfigError
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
-    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout)}
+    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace)}
 
 
 def get_method(name: str) -> type[Approximator]:

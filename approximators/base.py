@@ -98,7 +98,11 @@ class PredictiveAccumulator:
 
     def add(self, params: dict[str, torch.Tensor]) -> None:
         """Adds K trained members given as stacked parameters ``{name: (K, *shape)}``."""
-        outputs = self._outputs({n: p.detach() for n, p in params.items()})
+        self.add_outputs(self._outputs({n: p.detach() for n, p in params.items()}))
+
+    def add_outputs(self, outputs: torch.Tensor) -> None:
+        """Adds K members given by their outputs on the test inputs, ``(K, N_test, n_outputs)`` float64 on the CPU
+        (a method that evaluates them itself, as Laplace's linearised predictive, charges their test passes)."""
         k = outputs.shape[0]
         if self.added + k > self.n_members:
             raise RuntimeError(f"more members added ({self.added + k}) than announced ({self.n_members})")

@@ -20,6 +20,7 @@ SHORT = {  # (budget, settings): a couple of epochs per member or chain, few tes
     "vogn": (2, {"samples": "2"}),
     "mfvi": (2, {"samples": "2"}),
     "mc-dropout": (1, {"samples": "2"}),
+    "laplace": (2, {"samples": "2"}),
 }
 CHARGED = {"vogn": 1 + 4 / 10}  # the initialisation minibatch (4 of 10 rows), then whole epochs; the rest unspent
 

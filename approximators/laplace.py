@@ -1,0 +1,350 @@
+r"""The Laplace approximation with generalised Gauss-Newton curvature (MacKay 1992): ``laplace``.
+
+A Gaussian around a MAP solution theta* trained inside the budget,
+
+    q(theta) = N(theta*, P^-1),   P = G + I / v,   G = sum_{i=1..N} J_i^T H_i J_i,
+
+over every training example (the full-data negative log posterior's curvature; v the task's prior
+variance), J_i the Jacobian of the network's outputs f(x_i) in the parameters and H_i the Hessian of
+-log p(y_i | f) in f (Categorical: diag(p) - p p^T). For the heteroscedastic Gaussian (outputs m and
+r, sigma = softplus(r)) that Hessian is not positive semi-definite; its Fisher, diag(1 / sigma^2,
+2 sigmoid(r)^2 / sigma^2), stands in (the Fisher of N(m, sigma^2) in (m, sigma) is diag(1, 2) /
+sigma^2, chained through dsigma/dr = sigmoid(r)). With H_i = L_i L_i^T, G's terms are the outer
+products of the "pseudo-gradients" J_i^T L_i[:, c], one per output c.
+
+``structure`` (laplace-torch's options and default, Daxberger et al. 2021):
+
+- ``diagonal``: diag(G) over all weights, sum_i sum_c (J_i^T L_i[:, c])^2; P^-1 = 1 / (diag G + 1 / v).
+- ``last-layer-full``: only the last linear layer's weights W ``(C, H)`` and bias b (the rest fixed at
+  theta*), with features a_i = [phi_i; 1] (its input and a one): in the (c, h) row-major order of
+  [W | b], G = sum_i H_i (x) a_i a_i^T, exactly; draws through the Cholesky factor of P.
+- ``last-layer-kron`` (default): Kronecker-factored (Ritter et al. 2018),
+  G ~ (sum_i H_i / N) (x) (sum_i a_i a_i^T) = B (x) A; with A = Q_A diag(l_A) Q_A^T and
+  B = Q_B diag(l_B) Q_B^T, P = (Q_B (x) Q_A) diag(l_B l_A^T + 1 / v) (Q_B (x) Q_A)^T, and a draw is
+  Q_B [Z / sqrt(l_B l_A^T + 1 / v)] Q_A^T with Z ``(C, H + 1)`` standard normal.
+
+``predictive``: ``sampling`` (default), the model average of the network at ``samples`` (30) draws
+theta* + Delta; or ``glm``, the linearised network f(x; theta*) + J(x) Delta (Immer et al. 2021;
+a Jacobian-vector product per draw), averaged the same way. The network is linear in its last
+layer, so for the last-layer structures both are the same predictive.
+
+Budget rule: floor(B) - 1 epochs of MAP (``sgd``'s training and per-task settings), then one
+curvature epoch that reads every training row once, in minibatches through the meter: floor(B) in
+all. The curvature epoch computes the network once per row (the diagonal's per-output
+pseudo-gradients come from one forward pass: Goodfellow's outer products on MLPs,
+``vmap(jacrev)`` per example elsewhere).
+
+Deviations: the prior precision is the task's, never tuned on the marginal likelihood (the
+benchmark's posterior fixes the prior); laplace-torch is not used (it requires torchvision, which
+does not import against this project's torch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, jacrev, jvp, vmap
+
+from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem, check_at_least,
+                                 check_positive, member_generators, next_seed)
+from approximators.map import MAP_DEFAULTS
+from approximators.per_example import PER_EXAMPLE_VALUES
+from approximators.training import AdamConfig, Members, schedule_of, train_members
+from bench.budget import MeteredData
+from bench.errors import BudgetExhausted, ConfigError
+from bench.functional import StackedModel
+from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood
+
+STRUCTURES = ("diagonal", "last-layer-full", "last-layer-kron")
+PREDICTIVES = ("sampling", "glm")
+
+
+@dataclass(frozen=True)
+class LaplaceConfig(AdamConfig):
+    structure: str = "last-layer-kron"
+    predictive: str = "sampling"
+    samples: int = 30
+
+
+LAPLACE_DEFAULTS = {task: dict(settings) for task, settings in MAP_DEFAULTS.items()}
+"""The MAP phase's settings: ``sgd``'s of each task."""
+
+
+def curvature_root(likelihood: Likelihood, outputs: torch.Tensor) -> torch.Tensor:
+    """L ``(..., N, O, O)`` with L L^T the output-space curvature of -log p(y | f) at ``outputs`` ``(..., N, O)``
+    (the Hessian; the Fisher for the heteroscedastic Gaussian). It does not depend on y for these likelihoods."""
+    outputs = outputs.detach()
+    if isinstance(likelihood, Categorical):
+        p = torch.softmax(outputs, dim=-1)
+        root_p = p.sqrt()
+        return torch.diag_embed(root_p) - p.unsqueeze(-1) * root_p.unsqueeze(-2)
+    if isinstance(likelihood, HeteroscedasticGaussian):
+        sigma = F.softplus(outputs[..., 1])
+        return torch.diag_embed(torch.stack([sigma.reciprocal(), math.sqrt(2) * torch.sigmoid(outputs[..., 1]) / sigma],
+                                            dim=-1))
+    if isinstance(likelihood, FixedNoiseGaussian):
+        return torch.full((*outputs.shape, 1), 1.0 / likelihood.noise_std, dtype=outputs.dtype, device=outputs.device)
+    raise ConfigError(f"laplace: no output-space curvature for the {likelihood.name} likelihood")
+
+
+def diagonal_ggn(model: StackedModel, likelihood: Likelihood, params: torch.Tensor, x: torch.Tensor,
+                 n_outputs: int) -> torch.Tensor:
+    """sum_i sum_c (J_i^T L_i[:, c])^2 over a batch, ``(K, D)``, for parameters ``(K, D)`` and inputs ``(K, B, ...)``
+    of a network with ``n_outputs`` outputs; the network runs once per row."""
+    params = params.detach()
+    if model.mlp_layers is not None:
+        return _mlp_diagonal_ggn(model, likelihood, params, x)
+    layout = model.layout
+
+    def outputs_of(flat, xi):
+        member = {name: p[0] for name, p in layout.unflatten(flat.unsqueeze(0)).items()}
+        out = functional_call(model.base, member, (xi.unsqueeze(0),))[0]
+        return out, out
+
+    per_example = vmap(vmap(jacrev(outputs_of, has_aux=True), in_dims=(None, 0)), in_dims=(0, 0))
+    k, batch = x.shape[:2]
+    rows = max(1, PER_EXAMPLE_VALUES // (k * n_outputs * layout.size))
+    total = torch.zeros_like(params)
+    for start in range(0, batch, rows):
+        jacobians, outputs = per_example(params, x[:, start:start + rows])  # (K, rows, O, D), (K, rows, O)
+        pseudo = torch.einsum("knod,knoc->kncd", jacobians, curvature_root(likelihood, outputs))
+        total += pseudo.square().sum((1, 2))
+    return total
+
+
+def _mlp_diagonal_ggn(model, likelihood, params, x):
+    """Goodfellow's identity per output column: one forward pass, one backward pass per column c to every
+    layer's pre-activations z (giving delta_i = J_z,i^T L_i[:, c] for every row), then
+    diag(W) += sum_i delta_i^2 (a_i^2)^T and diag(b) += sum_i delta_i^2."""
+    members = model.layout.unflatten(params)
+    inputs, pre_activations, h = [], [], x
+    for kind, name in model.mlp_layers:
+        if kind == "linear":
+            inputs.append(h)
+            h = torch.baddbmm(members[f"{name}.bias"].unsqueeze(-2), h,
+                              members[f"{name}.weight"].transpose(-1, -2)).requires_grad_(True)
+            pre_activations.append(h)
+        else:
+            h = torch.relu(h)
+    root = curvature_root(likelihood, h)  # (K, B, O, O)
+    linear = [name for kind, name in model.mlp_layers if kind == "linear"]
+    total = {f"{name}.{part}": torch.zeros_like(members[f"{name}.{part}"]) for name in linear
+             for part in ("weight", "bias")}
+    for column in range(root.shape[-1]):
+        deltas = torch.autograd.grad(h, pre_activations, grad_outputs=root[..., column], retain_graph=True)
+        with torch.no_grad():
+            for name, a, delta in zip(linear, inputs, deltas):
+                total[f"{name}.weight"] += torch.bmm(delta.square().transpose(1, 2), a.square())
+                total[f"{name}.bias"] += delta.square().sum(1)
+    return model.layout.flatten(total)
+
+
+def last_layer(module: nn.Module, layout) -> str:
+    """The name of the network's last layer, checked to be an ``nn.Linear`` with a bias whose weight and bias are
+    the layout's last two parameters (true of every network here)."""
+    *_, weight, bias = layout.names
+    name = weight.removesuffix(".weight")
+    layer = dict(module.named_modules()).get(name)
+    if not (isinstance(layer, nn.Linear) and weight == f"{name}.weight" and bias == f"{name}.bias"):
+        raise ConfigError("laplace: a last-layer structure needs a network that ends in a linear layer with a bias; "
+                          "use --set structure=diagonal")
+    return name
+
+
+class LastLayerFeatures:
+    """The network at fixed parameters, returning its outputs ``(B, O)`` and the features a = [phi; 1] ``(B, H + 1)``
+    (phi: the last layer's input) of a batch in one forward pass."""
+
+    def __init__(self, module: nn.Module, layout, params: dict[str, torch.Tensor]):
+        self.base = StackedModel(module).base
+        self.params = params
+        self._features: list[torch.Tensor] = []
+        dict(self.base.named_modules())[last_layer(module, layout)].register_forward_pre_hook(
+            lambda _layer, inputs: self._features.append(inputs[0]))
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._features.clear()
+        outputs = functional_call(self.base, self.params, (x,))
+        phi = self._features[-1]
+        return outputs, torch.cat([phi, torch.ones_like(phi[:, :1])], dim=1)
+
+
+@dataclass
+class LastLayerCurvature:
+    """Sums over the training rows: ``full`` = sum_i H_i (x) a_i a_i^T ``(C(H+1), C(H+1))`` (or None),
+    ``features`` = sum_i a_i a_i^T ``(H+1, H+1)``, ``outputs`` = sum_i H_i ``(C, C)``."""
+
+    full: torch.Tensor | None
+    features: torch.Tensor
+    outputs: torch.Tensor
+
+    def add(self, hessians: torch.Tensor, features: torch.Tensor) -> None:
+        """``hessians`` ``(B, C, C)``, ``features`` ``(B, H + 1)``."""
+        self.features += features.T @ features
+        self.outputs += hessians.sum(0)
+        if self.full is not None:
+            c, h = hessians.shape[1], features.shape[1]
+            outer = (features.unsqueeze(2) * features.unsqueeze(1)).flatten(1)  # (B, (H+1)^2)
+            block = (hessians.flatten(1).T @ outer).view(c, c, h, h)  # [c, c', h, h']
+            self.full += block.permute(0, 2, 1, 3).reshape(c * h, c * h)
+
+
+class GaussianPosterior:
+    """N(theta*, P^-1) for one of the three structures; :meth:`draw` returns ``(S, D)`` deviations Delta."""
+
+    def __init__(self, structure: str, mean: torch.Tensor, prior_precision: float, n_train: int,
+                 diagonal: torch.Tensor | None = None, last: LastLayerCurvature | None = None):
+        self.structure, self.mean, self.prior_precision = structure, mean, prior_precision
+        if structure == "diagonal":
+            self.std = (diagonal + prior_precision).rsqrt()
+            return
+        self.n_outputs, self.n_features = last.outputs.shape[0], last.features.shape[0]
+        if structure == "last-layer-full":
+            eye = torch.eye(last.full.shape[0], dtype=last.full.dtype, device=last.full.device)
+            self.cholesky = torch.linalg.cholesky(last.full + prior_precision * eye)
+        else:
+            self.feature_values, self.feature_vectors = torch.linalg.eigh(last.features)
+            self.output_values, self.output_vectors = torch.linalg.eigh(last.outputs / n_train)
+
+    def covariance(self) -> torch.Tensor:
+        """The last-layer covariance P^-1 in the (c, h) order of [W | b], or the diagonal's variances (for tests)."""
+        if self.structure == "diagonal":
+            return self.std.square()
+        if self.structure == "last-layer-full":
+            return torch.cholesky_inverse(self.cholesky)
+        q = torch.kron(self.output_vectors, self.feature_vectors)
+        scale = (self.output_values.unsqueeze(1) * self.feature_values.unsqueeze(0) + self.prior_precision).flatten()
+        return q @ torch.diag(scale.reciprocal()) @ q.T
+
+    def draw(self, z: torch.Tensor) -> torch.Tensor:
+        """Deviations ``(S, D')`` from standard normal ``z`` ``(S, D')`` (D' = D for the diagonal, C (H + 1) in the
+        (c, h) order of [W | b] for the last layer)."""
+        if self.structure == "diagonal":
+            return z * self.std
+        if self.structure == "last-layer-full":
+            return torch.linalg.solve_triangular(self.cholesky.T, z.T, upper=True).T
+        c, h = self.n_outputs, self.n_features
+        scale = (self.output_values.unsqueeze(1) * self.feature_values.unsqueeze(0) + self.prior_precision).rsqrt()
+        return (self.output_vectors @ (z.view(-1, c, h) * scale) @ self.feature_vectors.T).flatten(1)
+
+
+def last_layer_to_layout(delta: torch.Tensor, n_outputs: int, n_parameters: int) -> torch.Tensor:
+    """Deviations of [W | b] ``(S, C (H + 1))`` (c, h order) as deviations of all parameters ``(S, D)``: zero but
+    for the last layer, whose weight ``(C, H)`` then bias ``(C,)`` are the layout's last entries."""
+    wb = delta.view(delta.shape[0], n_outputs, -1)
+    last = torch.cat([wb[:, :, :-1].flatten(1), wb[:, :, -1]], dim=1)
+    return torch.cat([delta.new_zeros(delta.shape[0], n_parameters - last.shape[1]), last], dim=1)
+
+
+def _curvature_epoch(problem: Problem, data: MeteredData, model: StackedModel, theta: torch.Tensor, structure: str,
+                     batch_size: int, order_seed: int):
+    """One pass over the training rows (charged one epoch): the diagonal GGN ``(D,)`` or a
+    :class:`LastLayerCurvature`."""
+    order = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(order_seed)).unsqueeze(0)
+    if structure == "diagonal":
+        n_outputs = problem.n_classes or _n_outputs(problem.likelihood)
+        total = torch.zeros_like(theta)
+        for start in range(0, data.n_train, batch_size):
+            x, _ = data.batch(order[:, start:start + batch_size])
+            total += diagonal_ggn(model, problem.likelihood, theta, x, n_outputs)
+        return total[0]
+    network = LastLayerFeatures(problem.model_factory(), model.layout,
+                                {name: p[0] for name, p in model.layout.unflatten(theta.detach()).items()})
+    curvature = None
+    with torch.no_grad():
+        for start in range(0, data.n_train, batch_size):
+            x, _ = data.batch(order[:, start:start + batch_size])
+            outputs, features = network(x[0])
+            root = curvature_root(problem.likelihood, outputs)
+            hessians = root @ root.transpose(-1, -2)
+            if curvature is None:
+                c, h = hessians.shape[1], features.shape[1]
+                zeros = lambda *shape: torch.zeros(*shape, dtype=theta.dtype, device=theta.device)  # noqa: E731
+                curvature = LastLayerCurvature(zeros(c * h, c * h) if structure == "last-layer-full" else None,
+                                               zeros(h, h), zeros(c, c))
+            curvature.add(hessians, features)
+    return curvature
+
+
+def _n_outputs(likelihood: Likelihood) -> int:
+    return 2 if isinstance(likelihood, HeteroscedasticGaussian) else 1
+
+
+class Laplace(Approximator):
+    name = "laplace"
+    summary = "Laplace: Gaussian at a MAP solution with GGN curvature (diagonal, or last layer full / Kronecker)"
+    paper = "MacKay 1992; Ritter et al. 2018; Daxberger et al. 2021"
+    Config = LaplaceConfig
+    TASK_DEFAULTS = LAPLACE_DEFAULTS
+    check_budget = 20.0
+
+    def plan(self, budget: float) -> int:
+        """MAP epochs, or a one-line error."""
+        c = self.config
+        if c.structure not in STRUCTURES:
+            raise ConfigError(f"laplace: structure must be one of {', '.join(STRUCTURES)}, got {c.structure!r}")
+        if c.predictive not in PREDICTIVES:
+            raise ConfigError(f"laplace: predictive must be one of {', '.join(PREDICTIVES)}, got {c.predictive!r}")
+        check_positive(self.name, lr=c.lr)
+        if not 0 <= c.min_lr <= c.lr:
+            raise ConfigError("laplace: min_lr must lie in [0, lr]")
+        check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
+        map_epochs = math.floor(budget + 1e-9) - 1
+        if map_epochs < 1:
+            raise BudgetExhausted(f"laplace: a budget of {budget:g} epochs leaves no epoch of MAP training before the "
+                                  f"curvature epoch; give at least 2")
+        return map_epochs
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        c = self.config
+        map_epochs = self.plan(data.meter.budget_epochs)
+        (member,) = member_generators(generator, 1)
+        start = Members.start(problem, data, [member])
+        layout = start.model.layout
+        if c.structure != "diagonal":
+            last_layer(problem.model_factory(), layout)  # refuse an unsuitable network before training
+        theta = layout.flatten(train_members(start.model, layout.unflatten(start.params), data, problem.likelihood,
+                                             problem.prior_variance, map_epochs, schedule_of(c), start.order_seeds))
+        curvature = _curvature_epoch(problem, data, start.model, theta, c.structure, c.batch_size, next_seed(member))
+        posterior = GaussianPosterior(c.structure, theta[0], 1.0 / problem.prior_variance, data.n_train,
+                                      **({"diagonal": curvature} if c.structure == "diagonal" else {"last": curvature}))
+        self.report = {"map_epochs": map_epochs, "curvature_epochs": 1}
+        draws = torch.Generator().manual_seed(next_seed(member))
+        accumulator = PredictiveAccumulator(problem, c.samples, generator)
+        for _ in range(c.samples):
+            delta = self._deviation(posterior, layout.size, draws).to(theta)
+            if c.predictive == "sampling":
+                accumulator.add(layout.unflatten(theta + delta))
+            else:
+                accumulator.add_outputs(linearised_outputs(problem, start.model, theta, delta))
+        self._predictive = accumulator.result()
+
+    @staticmethod
+    def _deviation(posterior: GaussianPosterior, n_parameters: int, draws: torch.Generator) -> torch.Tensor:
+        """One draw Delta ``(1, D)``, float64 on the CPU noise then cast by the caller."""
+        if posterior.structure == "diagonal":
+            z = torch.randn(1, n_parameters, generator=draws, dtype=posterior.std.dtype).to(posterior.std.device)
+            return posterior.draw(z)
+        size = posterior.n_outputs * posterior.n_features
+        z = torch.randn(1, size, generator=draws, dtype=posterior.output_values.dtype
+                        if posterior.structure == "last-layer-kron" else posterior.cholesky.dtype)
+        return last_layer_to_layout(posterior.draw(z.to(posterior.mean.device)), posterior.n_outputs, n_parameters)
+
+
+def linearised_outputs(problem: Problem, model: StackedModel, theta: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """f(x; theta*) + J(x) Delta on the test inputs, ``(K, N_test, O)`` float64 on the CPU, for K deviations
+    ``delta`` ``(K, D)`` (one Jacobian-vector product per chunk of test rows; K test passes charged)."""
+    x = problem.x_test
+    k = delta.shape[0]
+    primal = theta.detach().expand(k, -1)
+    chunks = []
+    with torch.no_grad():
+        for i in range(0, x.shape[0], EVAL_CHUNK):
+            outputs, tangent = jvp(lambda p: model.flat(p, x[i:i + EVAL_CHUNK]), (primal,), (delta,))
+            chunks.append(outputs + tangent)
+    problem.meter.record_test_pass(k * x.shape[0], x.shape[0])
+    return torch.cat(chunks, dim=1).double().cpu()
