@@ -41,6 +41,7 @@ SHORT_RUNS = {
     "vogn": (4, {}),
     "mfvi": (4, {"map_fraction": "0.25"}),
     "mc-dropout": (4, {}),
+    "laplace": (4, {}),
 }
 
 

@@ -48,6 +48,7 @@ MEASURED = {
     "vogn": None,
     "mfvi": None,
     "mc-dropout": None,
+    "laplace": None,
 }
 
 

@@ -180,3 +180,21 @@ def test_nonsensical_settings_are_one_line_errors(setting, run_cli, tmp_path):
 def test_a_budget_without_room_for_map_training_is_refused(run_cli, tmp_path):
     code, _, err = run_cli("--method", "laplace", "--task", "toy-gap", "--budget", "1.5", "--out", tmp_path)
     assert code == 2 and "laplace" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("task_name", ["cifar10", "cifar10c", "imdb", "dermamnist"])
+@pytest.mark.parametrize("structure", ["diagonal", "last-layer-full"])
+def test_the_other_structures_run_on_the_competition_models(task_name, structure):
+    """The default structure runs in test_competition_models.py; these take the per-example Jacobian path
+    (diagonal) and the full last-layer block."""
+    from approximators import METHODS, resolve_config
+    from bench.runner import metered
+    from bench.tasks.competition import synthetic_task
+
+    task = synthetic_task(task_name, rows=6)
+    cls = METHODS["laplace"]
+    problem, data = metered(task, 2)
+    approximator = cls(resolve_config(cls, task_name, {"batch_size": "3", "samples": "2", "structure": structure,
+                                                      "predictive": "glm"}))
+    approximator.fit(problem, data, torch.Generator().manual_seed(0))
+    assert data.meter.epochs_used == 2 and np.isfinite(approximator.predictive()).all()
