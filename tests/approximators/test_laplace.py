@@ -198,3 +198,13 @@ def test_the_other_structures_run_on_the_competition_models(task_name, structure
                                                       "predictive": "glm"}))
     approximator.fit(problem, data, torch.Generator().manual_seed(0))
     assert data.meter.epochs_used == 2 and np.isfinite(approximator.predictive()).all()
+
+
+@pytest.mark.parametrize("structure", ["diagonal", "last-layer-full"])
+def test_the_curvature_epoch_and_the_linearised_predictive_compute_on_what_they_are_charged(structure):
+    """The honesty probe (the default structure is probed in tests/bench/test_honesty.py)."""
+    from bench.honesty import probe
+
+    result = probe("laplace", "toy-gap", budget=4, overrides={"structure": structure, "predictive": "glm",
+                                                              "samples": "3"})
+    assert result.honest, result
