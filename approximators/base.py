@@ -177,6 +177,13 @@ def check_positive(method: str, **values: float) -> None:
             raise ConfigError(f"{method}: {name} must be a positive number, got {value}")
 
 
+def check_schedule(method: str, lr: float, min_lr: float) -> None:
+    """One line unless ``lr`` is a finite positive number and ``min_lr`` (where a cosine decay ends) lies in [0, lr]."""
+    check_positive(method, lr=lr)
+    if not 0 <= min_lr <= lr:
+        raise ConfigError(f"{method}: min_lr must lie in [0, lr]")
+
+
 def check_at_least(method: str, **values: tuple[int, int]) -> None:
     """One line naming the first whole-number setting below its minimum: ``name=(value, minimum)``."""
     for name, (value, minimum) in values.items():

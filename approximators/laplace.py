@@ -50,9 +50,9 @@ from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
 from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem, check_at_least,
-                                 check_positive, member_generators, next_seed)
+                                 check_schedule, member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
-from approximators.per_example import PER_EXAMPLE_VALUES
+from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
 from approximators.training import AdamConfig, Members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
@@ -121,17 +121,8 @@ def _mlp_diagonal_ggn(model, likelihood, params, x):
     layer's pre-activations z (giving delta_i = J_z,i^T L_i[:, c] for every row), then
     diag(W) += sum_i delta_i^2 (a_i^2)^T and diag(b) += sum_i delta_i^2."""
     members = model.layout.unflatten(params)
-    inputs, pre_activations, h = [], [], x
-    for kind, name in model.mlp_layers:
-        if kind == "linear":
-            inputs.append(h)
-            h = torch.baddbmm(members[f"{name}.bias"].unsqueeze(-2), h,
-                              members[f"{name}.weight"].transpose(-1, -2)).requires_grad_(True)
-            pre_activations.append(h)
-        else:
-            h = torch.relu(h)
+    h, linear, inputs, pre_activations = recorded_mlp_forward(model, members, x)
     root = curvature_root(likelihood, h)  # (K, B, O, O)
-    linear = [name for kind, name in model.mlp_layers if kind == "linear"]
     total = {f"{name}.{part}": torch.zeros_like(members[f"{name}.{part}"]) for name in linear
              for part in ("weight", "bias")}
     for column in range(root.shape[-1]):
@@ -289,9 +280,7 @@ class Laplace(Approximator):
             raise ConfigError(f"laplace: structure must be one of {', '.join(STRUCTURES)}, got {c.structure!r}")
         if c.predictive not in PREDICTIVES:
             raise ConfigError(f"laplace: predictive must be one of {', '.join(PREDICTIVES)}, got {c.predictive!r}")
-        check_positive(self.name, lr=c.lr)
-        if not 0 <= c.min_lr <= c.lr:
-            raise ConfigError("laplace: min_lr must lie in [0, lr]")
+        check_schedule(self.name, c.lr, c.min_lr)
         check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
         map_epochs = math.floor(budget + 1e-9) - 1
         if map_epochs < 1:

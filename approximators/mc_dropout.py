@@ -36,7 +36,6 @@ Budget rule: floor(B) epochs of training; the predictive passes read only test i
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -44,13 +43,13 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
+from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_schedule,
                                  member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.training import AdamConfig, Members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
-from bench.functional import ParameterLayout
+from bench.functional import StackedModel
 
 SITES = {"toy-gap": "2", "diabetes-gap": "2", "digits": "2", "uci-gap": "2",
          "cifar10": "classifier", "imdb": "classifier",
@@ -86,8 +85,8 @@ class DropoutNetwork:
     mlp_layers = None  # no batched-matmul fast path: the masks enter between layers
 
     def __init__(self, module: nn.Module, sites: list[str], rate: float, generator: torch.Generator):
-        self.layout = ParameterLayout.of(module)
-        self.base = copy.deepcopy(module).to("meta")
+        stacked = StackedModel(module, fast_path=False)
+        self.layout, self.base = stacked.layout, stacked.base
         self.rate, self.generator = rate, generator
         layers = dict(self.base.named_modules())
         unknown = [site for site in sites if not site or site not in layers]
@@ -136,12 +135,10 @@ class MCDropout(Approximator):
     def plan(self, budget: float) -> tuple[int, list[str]]:
         """(epochs, dropout sites) or a one-line error."""
         c = self.config
-        check_positive(self.name, lr=c.lr)
+        check_schedule(self.name, c.lr, c.min_lr)
         check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
         if not 0 < c.rate < 1 or not math.isfinite(c.rate):
             raise ConfigError(f"mc-dropout: rate must lie strictly between 0 and 1, got {c.rate}")
-        if not 0 <= c.min_lr <= c.lr:
-            raise ConfigError("mc-dropout: min_lr must lie in [0, lr]")
         sites = [site.strip() for site in c.sites.split(",") if site.strip()]
         if not sites:
             raise ConfigError("mc-dropout: no dropout sites for this task; name the layers with --set sites=a,b")

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import (Approximator, Problem, check_at_least, check_positive, mean_field_predictive,
-                                 next_seed)
+from approximators.base import (Approximator, Problem, check_at_least, check_positive, check_schedule,
+                                 mean_field_predictive, next_seed)
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
@@ -168,9 +168,10 @@ class MFVI(Approximator):
     def plan(self, budget: float) -> tuple[int, int]:
         """(MAP epochs, VI epochs) or a one-line error."""
         c = self.config
-        check_positive(self.name, lr=c.lr, init_std=c.init_std)
-        if not (0 <= c.min_lr <= c.lr) or not 0 < c.map_fraction < 1:
-            raise ConfigError("mfvi: min_lr must lie in [0, lr] and map_fraction in (0, 1)")
+        check_schedule(self.name, c.lr, c.min_lr)
+        check_positive(self.name, init_std=c.init_std)
+        if not 0 < c.map_fraction < 1:
+            raise ConfigError(f"mfvi: map_fraction must lie in (0, 1), got {c.map_fraction}")
         check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
         total = math.floor(budget + 1e-9)
         map_epochs = max(1, round(c.map_fraction * total))

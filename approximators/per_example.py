@@ -43,26 +43,33 @@ def gradient_moments(model: StackedModel, likelihood: Likelihood, params: torch.
     return _vmap_moments(model, likelihood, params, x, y)
 
 
-def _mlp_moments(model, likelihood, params, x, y):
-    layout = model.layout
-    members = layout.unflatten(params.detach())
-    inputs, outputs = [], []
+def recorded_mlp_forward(model: StackedModel, members: dict[str, torch.Tensor], x: torch.Tensor):
+    """K stacked MLPs on per-member inputs ``(K, B, in)``, keeping what the outer-product identities need:
+    ``(output, names, inputs, pre_activations)``, with each linear layer's name, its input a and its output
+    z = a W^T + b (a leaf that requires grad, so that d/dz of any per-row quantity gives every row's delta)."""
+    names, inputs, pre_activations = [], [], []
     h = x
     for kind, name in model.mlp_layers:
         if kind == "linear":
+            names.append(name)
             inputs.append(h)
             h = torch.baddbmm(members[f"{name}.bias"].unsqueeze(-2), h,
                               members[f"{name}.weight"].transpose(-1, -2)).requires_grad_(True)
-            outputs.append(h)
+            pre_activations.append(h)
         else:
             h = torch.relu(h)
+    return h, names, inputs, pre_activations
+
+
+def _mlp_moments(model, likelihood, params, x, y):
+    layout = model.layout
+    h, names, inputs, outputs = recorded_mlp_forward(model, layout.unflatten(params.detach()), x)
     # Each example's loss depends on its own row of every z, so d(sum of losses)/dz_i is example i's delta.
     deltas = torch.autograd.grad(-likelihood.log_prob(h, y).sum(), outputs)
     batch = x.shape[1]
     mean, mean_square = {}, {}
     with torch.no_grad():
-        for (kind, name), a, delta in zip([layer for layer in model.mlp_layers if layer[0] == "linear"], inputs,
-                                          deltas):
+        for name, a, delta in zip(names, inputs, deltas):
             mean[f"{name}.weight"] = torch.bmm(delta.transpose(1, 2), a) / batch
             mean[f"{name}.bias"] = delta.sum(1) / batch
             mean_square[f"{name}.weight"] = torch.bmm(delta.square().transpose(1, 2), a.square()) / batch
