@@ -86,7 +86,7 @@ class VOGNState:
     step: int = 0  # steps taken
 
     def sigma(self, n_train: int, delta_tilde: float) -> torch.Tensor:
-        return (self.precision + delta_tilde).mul(n_train).rsqrt()
+        return (self.precision + delta_tilde).mul_(n_train).rsqrt_()
 
 
 class VOGNRule:
@@ -110,15 +110,16 @@ class VOGNRule:
         """(g, h): the per-example moments at ``mc_samples`` draws from q, averaged over the draws."""
         with torch.no_grad():
             sigma = state.sigma(self.n_train, self.delta_tilde(state.step))
-        g = torch.zeros_like(state.params)
-        h = torch.zeros_like(state.params)
+        g = h = None
         for _ in range(self.mc_samples):
             with torch.no_grad():
                 torch.addcmul(state.params, sigma, state.noise.next(), out=state.draw)
             g_k, h_k = gradient_moments(objective.model, objective.likelihood, state.draw, x, y)
-            g += g_k
-            h += h_k
-        return g / self.mc_samples, h / self.mc_samples
+            g, h = (g_k, h_k) if g is None else (g.add_(g_k), h.add_(h_k))
+        if self.mc_samples > 1:  # in place: each pass over D values counts on a large model
+            g.div_(self.mc_samples)
+            h.div_(self.mc_samples)
+        return g, h
 
     def update(self, state: VOGNState, grads, step: int) -> VOGNState:
         g, h = grads

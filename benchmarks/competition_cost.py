@@ -1,17 +1,22 @@
 """Cost of one charged training epoch on the competition models, as a ratio to one plain SGD epoch.
 
     python benchmarks/competition_cost.py [--rows 512] [--device cpu] [--tasks dermamnist uci-gap ...] [--methods ...]
+                                          [--marginal]
 
 The data are random tensors of each task's official input shape (no download needed; the cost of an
 epoch does not depend on the values), ``--rows`` examples. Plain SGD: ``torch.optim.SGD`` on one
 ``nn.Module`` at the method's batch size, no ensembling. Every method runs a short run
 (:data:`SHORT_RUNS`); the ratio is per charged epoch, so for vectorised members or chains (``de``: 5
-members in one pass) a ratio below 1 is the gain from vectorising.
+members in one pass) a ratio below 1 is the gain from vectorising. ``--marginal`` also runs each method at
+twice its short budget and reports the cost of the extra epochs alone (the run's fixed cost, such as the
+predictive's passes, cancels), the figure a long run approaches: after one discarded warm-up run, the median
+of three such pairs of runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,18 +49,21 @@ SHORT_RUNS = {
     "laplace": (4, {}),
 }
 
+MARGINAL_REPEATS = 3
 
-def method_epoch(task: Task, method: str, device: torch.device) -> tuple[float, int]:
-    """Seconds per charged epoch of ``method``'s short run (training and predictive), and its batch size."""
+
+def method_run(task: Task, method: str, device: torch.device, scale: int = 1) -> tuple[float, float, int]:
+    """Seconds and charged epochs of ``method``'s short run (training and predictive) at ``scale`` times its
+    budget, and its batch size."""
     cls = METHODS[method]
     budget, overrides = SHORT_RUNS[method]
     config = resolve_config(cls, task.name, overrides)
-    problem, data = metered(task, budget, device)
+    problem, data = metered(task, budget * scale, device)
     started = time.perf_counter()
     cls(config).fit(problem, data, torch.Generator().manual_seed(0))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - started) / data.meter.epochs_used, config.batch_size
+    return time.perf_counter() - started, data.meter.epochs_used, config.batch_size
 
 
 def main() -> None:
@@ -64,6 +72,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
     parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS))
+    parser.add_argument("--marginal", action="store_true", help="also the marginal cost of an epoch")
     args = parser.parse_args()
     device = torch.device(args.device)
     rows = []
@@ -72,10 +81,17 @@ def main() -> None:
         plain = {}  # batch size -> seconds of one plain SGD epoch
         row = {"task": name, "rows": args.rows}
         for method in args.methods:
-            seconds, batch = method_epoch(task, method, device)
+            seconds, epochs, batch = method_run(task, method, device)
             if batch not in plain:
                 plain[batch] = min(plain_sgd_epoch(task, batch, device) for _ in range(2))
-            row[method] = seconds / plain[batch]
+            row[method] = seconds / epochs / plain[batch]
+            if args.marginal:
+                extra = []
+                for _ in range(MARGINAL_REPEATS):
+                    seconds, epochs, _ = method_run(task, method, device)
+                    longer_seconds, longer_epochs, _ = method_run(task, method, device, scale=2)
+                    extra.append((longer_seconds - seconds) / (longer_epochs - epochs))
+                row[f"{method} marginal"] = statistics.median(extra) / plain[batch]
         row["plain SGD epoch (s), by batch"] = ", ".join(f"{b}: {t:.3f}" for b, t in sorted(plain.items()))
         rows.append(row)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; "

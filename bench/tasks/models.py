@@ -139,12 +139,18 @@ class SameConv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=0, bias=True,
                          device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def padded_input(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """``(input, padding)`` such that ``F.conv2d(input, weight, bias, stride, padding)`` is this layer's
+        output: symmetric padding is left to the convolution, asymmetric padding is applied here."""
         top, bottom = same_padding(x.shape[-2], self.kernel_size[0], self.stride[0])
         left, right = same_padding(x.shape[-1], self.kernel_size[1], self.stride[1])
         if top == bottom and left == right:
-            return F.conv2d(x, self.weight, self.bias, self.stride, (top, left))
-        return F.conv2d(F.pad(x, (left, right, top, bottom)), self.weight, self.bias, self.stride)
+            return x, (top, left)
+        return F.pad(x, (left, right, top, bottom)), (0, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, padding = self.padded_input(x)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ", padding=SAME"
@@ -189,12 +195,16 @@ class HaikuLSTM(nn.Module):
         hidden = sequence.new_zeros(sequence.shape[0], self.hidden_size)
         cell = sequence.new_zeros(sequence.shape[0], self.hidden_size)
         for step in range(sequence.shape[1]):
-            gates = input_gates[:, step] + F.linear(hidden, recurrent_weight)
-            input_gate, cell_candidate, forget_gate, output_gate = gates.chunk(4, dim=-1)
-            cell = (torch.sigmoid(forget_gate + LSTM_FORGET_BIAS) * cell
-                    + torch.sigmoid(input_gate) * torch.tanh(cell_candidate))
-            hidden = torch.sigmoid(output_gate) * torch.tanh(cell)
+            hidden, cell = lstm_cell(input_gates[:, step] + F.linear(hidden, recurrent_weight), cell)
         return hidden
+
+
+def lstm_cell(gates: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of :class:`HaikuLSTM` from its pre-activations ``(N, 4 * hidden)`` and cell state
+    ``(N, hidden)``: ``(hidden, cell)`` after the step."""
+    input_gate, cell_candidate, forget_gate, output_gate = gates.chunk(4, dim=-1)
+    cell = torch.sigmoid(forget_gate + LSTM_FORGET_BIAS) * cell + torch.sigmoid(input_gate) * torch.tanh(cell_candidate)
+    return torch.sigmoid(output_gate) * torch.tanh(cell), cell
 
 
 # --- ResNet-20 with FRN and swish -----------------------------------------------------------------

@@ -1,13 +1,17 @@
 """Per-example gradient moments against a plain loop: one autograd call per member and example."""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
 
+from approximators import per_example
 from approximators.per_example import gradient_moments
 from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import Categorical, HeteroscedasticGaussian
 from bench.tasks.competition import SPECS, synthetic_task
+from bench.tasks.models import FilterResponseNorm, SameConv2d
 
 
 def _loop_moments(factory, likelihood, params, x, y):
@@ -51,19 +55,143 @@ def test_mlp_moments_equal_the_per_example_loop(likelihood, fast_path):
     assert not torch.allclose(mean_square, mean.square(), rtol=1e-2)
 
 
+def _double_batches(task, k=2, b=3):
+    as_double = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731 (token ids stay integers)
+    return (as_double(task.x_train[:k * b]).reshape(k, b, *task.x_train.shape[1:]),
+            as_double(task.y_train[:k * b]).reshape(k, b))
+
+
+@pytest.mark.parametrize("path", ["layerwise", "vmap"])
 @pytest.mark.parametrize("task_name", list(SPECS))
-def test_competition_model_moments_equal_the_per_example_loop(task_name, monkeypatch):
-    """Convolutions, FRN, LSTM and embeddings through the vmap path, one example per chunk.
+def test_competition_model_moments_equal_the_per_example_loop(task_name, path, monkeypatch):
+    """Convolutions (SAME, VALID, strided, 1-D), FRN, the LSTM and the embedding, by their layer-wise rules
+    and through the vmap path, one example per chunk.
 
     In float64: in float32 the two orders of summation differ by up to 1e-4 of the largest gradient in
     ResNet-20-FRN (its normalisation divides by small mean squares), in float64 by 1e-16."""
-    monkeypatch.setattr("approximators.per_example.PER_EXAMPLE_VALUES", 1)
+    monkeypatch.setattr(per_example, "PER_EXAMPLE_VALUES", 1)
+    monkeypatch.setattr(per_example, "OUTER_PRODUCT_VALUES", 1)
+    if path == "vmap":
+        monkeypatch.setattr(per_example, "_layerwise_moments", per_example._vmap_moments)
     task = synthetic_task(task_name, rows=6)
     factory = lambda: task.model_factory().double()  # noqa: E731
     model, params = _members(factory, 2)
-    as_double = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731 (token ids stay integers)
-    x, y = as_double(task.x_train).reshape(2, 3, *task.x_train.shape[1:]), as_double(task.y_train).reshape(2, 3)
+    x, y = _double_batches(task)
     mean, mean_square = gradient_moments(model, task.likelihood, params, x, y)
     expected_mean, expected_square = _loop_moments(factory, task.likelihood, params, x, y)
+    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+    if path == "layerwise" and model.mlp_layers is None:
+        # every layer of the competition models has its own rule: none falls back to the vjp of its unit
+        assert {unit.rule for unit in per_example._LAYER_PLANS[model]} <= {
+            per_example._linear_rule, per_example._convolution_rule, per_example._filter_response_norm_rule,
+            per_example._lstm_rule, per_example._embedding_rule}
+
+
+class _Scaled(nn.Module):
+    """A layer without a rule of its own: the vjp of the unit."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, n))
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale)
+
+
+class _Varied(nn.Module):
+    """Units called twice, strides, dilations, paddings, a non-square kernel, a unit without a rule, and FRN on an input with zeros
+    (where its threshold ties: z = beta = tau = 0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = FilterResponseNorm(2)
+        self.conv = nn.Conv2d(2, 3, 3, stride=2, padding=1, dilation=2)
+        self.conv1d = nn.Conv1d(3, 4, 2, stride=2, padding=1, bias=False)
+        self.same = SameConv2d(3, 3, 2)
+        self.dilated = nn.Conv2d(3, 3, (2, 3), padding=2, dilation=2)
+        self.scaled = _Scaled(20)
+        self.shared = nn.Linear(20, 20)
+        self.embedding = nn.Embedding(5, 20)
+        self.head = nn.Linear(20, 3)
+
+    def forward(self, x):
+        images, token = x[:, :-1].reshape(-1, 2, 5, 5), x[:, -1].long()
+        h = self.dilated(self.same(self.conv(self.norm(images))))  # (B, 3, 4, 2)
+        h = self.conv1d(h.flatten(2)).flatten(1)  # (B, 4 * 5)
+        h = self.scaled(self.scaled(h) + self.embedding(token))
+        return self.head(torch.tanh(self.shared(torch.tanh(self.shared(h)))) + self.embedding(token))
+
+
+def _varied_inputs(generator):
+    images = torch.randn(2, 4, 50, generator=generator, dtype=torch.float64)
+    images[:, :, :10] = 0.0
+    return torch.cat([images, torch.randint(0, 5, (2, 4, 1), generator=generator).double()], dim=-1)
+
+
+def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monkeypatch):
+    monkeypatch.setattr(per_example, "OUTER_PRODUCT_VALUES", 1)
+    g = torch.Generator().manual_seed(0)
+    factory = lambda: _Varied().double()  # noqa: E731
+    model, params = _members(factory, 2)
+    x, y = _varied_inputs(g), torch.randint(0, 3, (2, 4), generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y)
+    rules = {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]}
+    assert rules == {"norm": "_filter_response_norm_rule", "conv": "_convolution_rule", "conv1d": "_convolution_rule",
+                     "same": "_convolution_rule", "dilated": "_convolution_rule", "scaled": "_unit_vjp_rule", "shared": "_linear_rule",
+                     "embedding": "_embedding_rule", "head": "_linear_rule"}
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
+    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+
+
+class _Leaky(nn.Module):
+    """Uses its head's weight outside the head: the layer-wise path would miss that use."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(3, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = torch.tanh(self.hidden(x))
+        return self.head(h) + 0.3 * (h @ self.head.weight.T)
+
+
+def test_a_parameter_used_outside_its_module_falls_back_to_vmap_with_a_warning():
+    g = torch.Generator().manual_seed(1)
+    factory = lambda: _Leaky().double()  # noqa: E731
+    model, params = _members(factory, 2)
+    x, y = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.randint(0, 2, (2, 5), generator=g)
+    with pytest.warns(UserWarning, match="vmap path"):
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y)
+    assert per_example._LAYER_PLANS[model] is None
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
+    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+
+
+class _Keyword(nn.Module):
+    """Calls a unit with a keyword argument: the hooks cannot see its input."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(3, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(input=torch.tanh(self.hidden(x)))
+
+
+def test_a_unit_called_with_keywords_falls_back_to_vmap_with_a_warning():
+    g = torch.Generator().manual_seed(2)
+    factory = lambda: _Keyword().double()  # noqa: E731
+    model, params = _members(factory, 2)
+    x, y = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.randint(0, 2, (2, 5), generator=g)
+    with pytest.warns(UserWarning, match="module head is called with keyword"):
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y)
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
     torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
