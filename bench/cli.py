@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from tabulate import tabulate
 
-from bench.errors import BenchError
+from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, describe_failure
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
                "verify")
@@ -32,6 +33,30 @@ def _positive_float(text: str) -> float:
     return value
 
 
+SEED_LIMIT = 2**63
+"""Seeds lie in [0, 2^63): torch's generators and the leaderboard's integer columns hold them."""
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2^63), got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"error: {message} (see `python -m bench {self.prog.split()[-1]} --help`)\n"
@@ -49,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", required=True, type=_positive_float, help="training epochs, summed over everything trained")
     run.add_argument("--task", action="append",
                      help="task name (repeatable); default: every embedded task (competition tasks need `fetch` first)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=_seed, default=0, help="the run's seed, in [0, 2^63) (default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
     run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
@@ -103,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--notes", default="", help="free-text notes stored with every run of this submission")
     submit.add_argument("--method", help="for a .zip: the method's name")
     submit.add_argument("--budget", type=_positive_float, help="for a .zip: the declared budget in epochs")
-    submit.add_argument("--seed", type=int, default=0, help="for a .zip: the seed (default 0)")
+    submit.add_argument("--seed", type=_seed, default=0, help="for a .zip: the seed (default 0)")
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
                              "the leaderboard marks them verified")
@@ -135,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--update", action="store_true",
                        help="measure the configuration and rewrite the baseline (with --methods or --task: extend "
                             "it, replacing only what was measured)")
-    check.add_argument("--seeds", type=int, default=None, help="with --update: number of seeds (default 10)")
+    check.add_argument("--seeds", type=_positive_int, default=None, help="with --update: number of seeds (default 10)")
     return parser
 
 
@@ -356,7 +381,7 @@ def _cmd_submit(args) -> int:
 def _cmd_leaderboard(args) -> int:
     from leaderboard.render import render
     from leaderboard.store import Store, default_db_path
-    from reference.store import atomic_write_bytes
+    from bench.io import atomic_write_bytes
 
     with Store(args.db or default_db_path(), must_exist=True) as store:
         rows = store.runs(task=args.task, budget=args.budget)
@@ -404,7 +429,25 @@ def _cmd_verify(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line's one error boundary: every failure ends as one line on stderr and an exit code
+    (:mod:`bench.errors`); ``--debug`` anywhere in ``argv`` (or ``BDL_BENCH_DEBUG=1``) lets it raise instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        return _dispatch(argv)
+    except Exception as error:
+        if debug:
+            raise
+        code, line = describe_failure(error)
+        print(f"error: {line}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        print("error: interrupted; finished runs are complete, the interrupted one was not written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
@@ -415,11 +458,4 @@ def main(argv: list[str] | None = None) -> int:
                "export-submission": _cmd_export, "reference": _cmd_reference,
                "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check,
                "verify": _cmd_verify}
-    try:
-        return handler[args.command](args)
-    except BenchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted; finished runs are complete, the interrupted one was not written", file=sys.stderr)
-        return 130
+    return handler[args.command](args)

@@ -16,9 +16,7 @@ use); the fetch says which of the two applied.
 from __future__ import annotations
 
 import errno
-import hashlib
 import http.client
-import json
 import os
 import shutil
 import time
@@ -28,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.io import atomic_write_bytes, json_bytes, read_json, sha256_file
 
 CACHE_ENV = "BDL_BENCH_CACHE"
 """Environment variable naming the cache folder (``--cache`` on the command line overrides it)."""
@@ -74,14 +73,9 @@ class TrustStore:
     def read(self) -> dict:
         if not self.path.exists():
             return {}
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise FetchError(f"cannot read the checksum record {self.path}: {error}; delete it to start afresh") from None
+        return read_json(self.path, "record of checksums trusted on first use", "delete it to start afresh")
 
     def record(self, key: str, sha256: str) -> None:
-        from reference.store import atomic_write_bytes, json_bytes
-
         records = self.read()
         records[key] = {"sha256": sha256, "first_seen": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         guard_os(lambda: atomic_write_bytes(self.path, json_bytes(records)), self.path.parent)
@@ -99,14 +93,6 @@ def guard_os(action, where: Path):
             raise FetchError(f"cannot write to the cache folder {where} ({error.strerror}); choose another "
                              f"with --cache or ${CACHE_ENV}") from None
         raise
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _open(url: str, start: int):

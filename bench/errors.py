@@ -1,4 +1,26 @@
-"""Errors a user can cause. The CLI prints them as one line and exits non-zero."""
+"""Errors a user can cause, and how the command line reports every failure: one line, one exit code.
+
+Exit codes (documented in the README):
+
+- 0: done; 1: a check or verification ran and failed (the gate's regression, a run that does not reproduce).
+- 2 (:data:`EXIT_BAD_INPUT`): bad input or a damaged file: a :class:`BenchError`, an unknown option, a
+  damaged leaderboard database.
+- 3 (:data:`EXIT_ENVIRONMENT`): the machine refused: a full disk, a read-only or unwritable folder, a path
+  too long, a database locked by another process, memory exhausted.
+- 70 (:data:`EXIT_INTERNAL`): a bug in bdl-bench; the line asks for a report with ``--debug``'s traceback.
+- 130 (:data:`EXIT_INTERRUPTED`): interrupted (Ctrl-C); finished runs are complete, the interrupted one unwritten.
+"""
+
+import errno
+import sqlite3
+
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+DEBUG_ENV = "BDL_BENCH_DEBUG"
+"""Set to 1 (or pass ``--debug``) to see the traceback of a failure instead of its one line."""
 
 
 class BenchError(Exception):
@@ -28,3 +50,51 @@ class MeterMisuse(BenchError, AttributeError):
 
 class TrainingDiverged(BenchError):
     """A method's parameters became non-finite (a step size too large for the task)."""
+
+
+class DamagedFile(BenchError):
+    """A file bdl-bench wrote or fetched (a registry, manifest, run record, trust store) that can no longer be
+    read as written: truncated, edited, replaced by something that is not a regular file."""
+
+
+_OS_ADVICE = {
+    errno.ENOSPC: "no space left on the device; free some space and run again (finished runs are kept)",
+    errno.EDQUOT: "disk quota exceeded; free some space and run again (finished runs are kept)",
+    errno.EACCES: "permission denied; choose a folder you can write (--out, --db, --cache)",
+    errno.EPERM: "operation not permitted; choose a folder you can write (--out, --db, --cache)",
+    errno.EROFS: "read-only file system; choose a writable folder (--out, --db, --cache)",
+    errno.ENAMETOOLONG: "the path is too long; choose a shorter one",
+    errno.EISDIR: "a folder is where a file should be; choose another path",
+    errno.ENOTDIR: "a file is where a folder should be; choose another path",
+    errno.EEXIST: "something is already there; choose another path",
+    errno.ENOENT: "no such file or folder",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_failure(error: BaseException) -> tuple[int, str]:
+    """``(exit code, one line)`` for any failure, the line naming the file or setting and what to do."""
+    if isinstance(error, BenchError):
+        return EXIT_BAD_INPUT, _one_line(error)
+    if isinstance(error, MemoryError):
+        return EXIT_ENVIRONMENT, ("out of memory; lower the batch size, the members or chains, or the budget, "
+                                  "or use a machine with more memory")
+    if isinstance(error, OSError) and error.errno is not None:
+        where = f"{error.filename}: " if error.filename is not None else ""
+        advice = _OS_ADVICE.get(error.errno, _one_line(error.strerror or error))
+        return EXIT_ENVIRONMENT, f"{where}{advice}"
+    if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+        return EXIT_ENVIRONMENT, ("the leaderboard database is locked by another process for longer than the "
+                                  "wait allows; run again when it has finished")
+    if isinstance(error, sqlite3.OperationalError) and ("disk" in str(error) or "full" in str(error)):
+        return EXIT_ENVIRONMENT, (f"the leaderboard database could not be written ({_one_line(error)}); free some "
+                                  "space and run again (nothing was committed)")
+    if isinstance(error, sqlite3.DatabaseError):
+        return EXIT_BAD_INPUT, (f"the leaderboard database is damaged or not a bdl-bench database "
+                                f"({_one_line(error)}); restore it from a copy or choose another with --db")
+    return EXIT_INTERNAL, (f"internal error, a bug in bdl-bench: {type(error).__name__}: {_one_line(error)}; "
+                           "please report it to the maintainers with the traceback that --debug shows")

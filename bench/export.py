@@ -19,7 +19,7 @@ from bench.errors import BenchError
 from bench.tasks import PREDICTIVE_SAMPLES
 from bench.tasks.competition import OFFICIAL_TEST_ROWS, SPECS, SUBMISSION_FILES, read_manifest
 from reference.official import official_checksums
-from reference.store import atomic_write_bytes
+from bench.io import atomic_write_bytes
 
 
 def _run_predictions(folder: Path) -> tuple[dict, np.ndarray]:

@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 import bench
-from bench.download import Downloaded, TrustStore, guard_os, download, resolve_cache, sha256_file
+from bench.download import Downloaded, TrustStore, guard_os, download, resolve_cache
+from bench.errors import DamagedFile
 from bench.formats import FormatError, npz_array, text_to_npy
+from bench.io import atomic_write_bytes, json_bytes, sha256_file
 from bench.tasks.competition import (DATA_URL, MANIFEST, REFERENCE_ARRAY, REFERENCE_URL, SPECS, read_manifest,
                                      task_folder)
 from reference.official import official_checksums, parse_reference
-from reference.store import atomic_write_bytes, json_bytes
 
 
 def _convert(source, downloaded: Downloaded, out: Path) -> list[int]:
@@ -53,7 +54,10 @@ def _check_sizes(name: str, arrays: dict, reference_rows: int) -> None:
 def cached_manifest(name: str, cache: Path | str | None = None) -> dict | None:
     """The task's manifest if its cached arrays are complete and unchanged (every sha256 recomputed), else None."""
     folder = task_folder(name, cache)
-    manifest = read_manifest(name, cache)
+    try:
+        manifest = read_manifest(name, cache)
+    except DamagedFile:  # fetching again repairs it
+        return None
     if manifest is None or manifest.get("version") != SPECS[name].version:
         return None
     expected = {f"{array}.npy": entry["sha256"] for array, entry in manifest["arrays"].items()}

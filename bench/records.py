@@ -7,13 +7,12 @@ overwritten unless the caller asks for it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from bench.errors import BenchError
-from reference.store import atomic_write_bytes, json_bytes, npz_bytes
+from bench.io import atomic_write_bytes, json_bytes, npz_bytes, read_json
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
@@ -42,4 +41,4 @@ def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict) -> 
 
 
 def read_result(folder: Path) -> dict:
-    return json.loads((Path(folder) / RESULT).read_text())
+    return read_json(Path(folder) / RESULT, "run record", "run it again with --force to replace it")

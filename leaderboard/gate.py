@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import math
 import tempfile
 import time
@@ -53,7 +52,8 @@ from bench.runner import RunSpec, environment, run
 from bench.tasks import EMBEDDED, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
 from leaderboard.store import OVERALL_BLOCK
-from reference.store import atomic_write_bytes, json_bytes, load_reference
+from bench.io import atomic_write_bytes, json_bytes, read_json
+from reference.store import load_reference
 
 BASELINE_FORMAT = 2
 DEFAULT_SEEDS = 10
@@ -206,7 +206,7 @@ def _extendable(path: Path, n_seeds: int) -> dict:
 
 def load_baseline(path: Path) -> dict:
     try:
-        baseline = json.loads(Path(path).read_text())
+        baseline = read_json(Path(path), "baseline", f"create it again with `python -m bench check --update --baseline {path}`")
     except FileNotFoundError:
         raise BenchError(f"no baseline file {path}; create one with `python -m bench check --update --baseline {path}`") \
             from None

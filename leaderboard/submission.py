@@ -31,7 +31,8 @@ import numpy as np
 
 from approximators import METHODS
 from bench import metrics, records
-from bench.errors import BenchError, ConfigError
+from bench.errors import BenchError, ConfigError, DamagedFile
+from bench.io import read_json
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
 from bench.tasks.competition import SUBMISSION_FILES
@@ -148,15 +149,11 @@ def read_result(folder: Path) -> dict:
     """``result.json`` of a run folder, with every field the leaderboard relies on type-checked."""
     path = Path(folder) / records.RESULT
     try:
-        if path.stat().st_size > MAX_RESULT_BYTES:
-            raise SubmissionError(f"{path}: larger than {MAX_RESULT_BYTES} bytes")
-        result = json.loads(path.read_bytes())
+        result = read_json(path, "run record", "submit a run folder as bdl-bench wrote it", limit=MAX_RESULT_BYTES)
     except FileNotFoundError:
         raise SubmissionError(f"{folder}: not a run folder (no {records.RESULT})") from None
-    except (OSError, ValueError) as error:
-        raise SubmissionError(f"{path}: not readable JSON ({error})") from None
-    if not isinstance(result, dict):
-        raise SubmissionError(f"{path}: expected a JSON object")
+    except DamagedFile as error:
+        raise SubmissionError(str(error)) from None
     for field, types in _RESULT_FIELDS.items():
         value = result.get(field)
         if isinstance(value, bool) or not isinstance(value, types):

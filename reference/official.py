@@ -10,12 +10,12 @@ The organisers published no noise floor (the agreement between independent HMC r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from bench.download import TrustStore, sha256_file
+from bench.download import TrustStore
+from bench.io import read_json, sha256_file
 from bench.errors import ReferenceMismatch
 from bench.formats import FormatError, read_text_matrix
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -30,7 +30,7 @@ PROBABILITY_SUM_TOLERANCE = 1e-5
 
 def official_checksums() -> dict[str, str]:
     """Official URL -> sha256, for the files whose official value is known."""
-    return json.loads(OFFICIAL_CHECKSUMS_FILE.read_text())
+    return read_json(OFFICIAL_CHECKSUMS_FILE, "table of official checksums", "reinstall bdl-bench (it is part of the package)")
 
 
 def parse_reference(path: Path, key: str, transposed: bool = False, n_classes: int | None = None) -> np.ndarray:

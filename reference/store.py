@@ -9,16 +9,13 @@ refuses any mismatch, so a corrupted or hand-edited reference never gets scored 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench.errors import ReferenceMismatch
+from bench.io import atomic_write_bytes, json_bytes, npz_bytes, read_json, sha256_file
 from bench.tasks import Task
 
 PACKAGE_DATA = Path(__file__).parent / "data"
@@ -40,49 +37,11 @@ class Reference:
         return self.metadata["noise_floor"]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def read_registry(path: Path | None = None) -> dict:
     path = path or REGISTRY
     if not path.exists():
         return {}
-    return json.loads(path.read_text())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes to a temporary file in the same folder, then renames: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def npz_bytes(**arrays: np.ndarray) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
-    return buffer.getvalue()
-
-
-def json_bytes(obj: dict) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+    return read_json(path, "reference checksum registry", "reinstall bdl-bench (the registry is part of the package)")
 
 
 def write_reference(folder: Path, task: str, key: str, array: np.ndarray, metadata: dict) -> dict:
@@ -92,8 +51,8 @@ def write_reference(folder: Path, task: str, key: str, array: np.ndarray, metada
     return {
         "version": metadata["task"]["version"],
         "fingerprint": metadata["task_fingerprint"],
-        "npz_sha256": sha256_of(folder / f"{task}.npz"),
-        "json_sha256": sha256_of(folder / f"{task}.json"),
+        "npz_sha256": sha256_file(folder / f"{task}.npz"),
+        "json_sha256": sha256_file(folder / f"{task}.json"),
     }
 
 
@@ -131,12 +90,12 @@ def load_reference(task: Task, folder: Path | None = None, registry_path: Path |
         if not path.exists():
             raise ReferenceMismatch(f"reference missing: {path} does not exist; reinstall the package or {regenerate}")
     for path, expected in ((npz_path, entry["npz_sha256"]), (json_path, entry["json_sha256"])):
-        actual = sha256_of(path)
+        actual = sha256_file(path)
         if actual != expected:
             raise ReferenceMismatch(
                 f"reference corrupted: {path} has sha256 {actual[:16]}..., the registry expects "
                 f"{expected[:16]}...; refusing to score against it")
-    metadata = json.loads(json_path.read_text())
+    metadata = read_json(json_path, "reference metadata", f"reinstall the package or {regenerate}")
     if entry["fingerprint"] != task.fingerprint() or metadata["task_fingerprint"] != task.fingerprint():
         raise ReferenceMismatch(
             f"reference stale: {task.name} v{task.version} (data or settings) differs from the task the "

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from bench.download import FetchError, resolve_cache
+from bench.io import read_json
 from bench.likelihoods import Categorical, HeteroscedasticGaussian, Likelihood
 from bench.tasks import models
 from bench.tasks.base import Task, TestBlock
@@ -230,7 +231,9 @@ def read_manifest(name: str, cache: Path | str | None = None) -> dict | None:
     path = task_folder(name, cache) / MANIFEST
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    where = f" --cache {cache}" if cache else ""
+    return read_json(path, f"manifest of the fetched task {name}",
+                     f"repair it with `python -m bench fetch --task {name}{where} --force`")
 
 
 def fetch_hint(name: str, cache: Path | str | None) -> str:

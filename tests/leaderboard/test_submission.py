@@ -129,7 +129,7 @@ def _broken_json(folder):
     (_truncated, "not a readable .npz file"),
     (_zip_bomb, "unpacks to 23040128 bytes"),
     (_huge_file, "2147483648 bytes, more than"),
-    (_broken_json, "not readable JSON"),
+    (_broken_json, "run record is damaged"),
 ])
 def test_bad_submissions_are_refused_with_one_line_and_change_nothing(damage, message, tmp_path, db_path, make_run,
                                                                       run_cli):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bench.errors import ReferenceMismatch
+from bench.io import sha256_file
 from bench.tasks import get_task, task_names
 from reference import store
 from reference.settings import R_HAT_LIMIT
@@ -23,7 +24,7 @@ def test_round_trip(tmp_path):
     registry = _write(tmp_path, task)
     ref = store.load_reference(task, tmp_path, registry)
     assert ref.array.shape == (task.n_test, 4) and ref.key == "samples"
-    assert ref.sha256 == store.sha256_of(tmp_path / "toy-gap.npz")
+    assert ref.sha256 == sha256_file(tmp_path / "toy-gap.npz")
 
 
 def test_corrupted_file_is_refused(tmp_path):

@@ -1,0 +1,91 @@
+"""Files written atomically and read defensively: the one place for bdl-bench's generic file I/O.
+
+Writes go to a temporary file in the same folder, flushed to disk, then renamed over the target, so a
+reader (or a run killed half-way) sees the old file or the new one, never half of one. Reads of the
+project's JSON files (registry, manifests, run records, trust stores) accept regular files only, read
+at most a bounded number of bytes, and turn a damaged file into one :class:`~bench.errors.DamagedFile`
+line that names the file and the command that repairs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench.errors import DamagedFile
+
+JSON_BYTES_LIMIT = 64 * 2**20
+"""The largest JSON file bdl-bench reads (its own are kilobytes; a run's record with every argument is
+well under a megabyte)."""
+
+HASH_CHUNK_BYTES = 1 << 20
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.chmod(tmp, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def json_bytes(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def npz_bytes(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(HASH_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_regular_file(path: Path, limit: int, what: str, repair: str) -> bytes:
+    """The bytes of ``path``, a regular file (a symlink to one is followed) of at most ``limit`` bytes, or
+    one :class:`DamagedFile` line. Never opens a FIFO or a device and never reads past ``limit + 1`` bytes."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise DamagedFile(f"{path}: the {what} is not a regular file; {repair}")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise DamagedFile(f"{path}: the {what} is larger than {limit} bytes; {repair}")
+    return data
+
+
+def read_json(path: Path, what: str, repair: str, limit: int = JSON_BYTES_LIMIT) -> dict:
+    """A JSON object from ``path`` (see :func:`read_regular_file`), or one :class:`DamagedFile` line naming
+    the file, what is wrong and ``repair`` (the command that fixes it)."""
+    data = read_regular_file(path, limit, what, repair)
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else f"not valid JSON: {error}"
+        raise DamagedFile(f"{path}: the {what} is damaged ({reason}); {repair}") from None
+    if not isinstance(value, dict):
+        raise DamagedFile(f"{path}: the {what} is damaged (a JSON {type(value).__name__}, not an object); {repair}")
+    return value

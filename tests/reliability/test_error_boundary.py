@@ -1,0 +1,147 @@
+"""The command line's one error boundary: every failure is one line on stderr, a documented exit code, and
+nothing lost; ``--debug`` shows the traceback instead."""
+
+from __future__ import annotations
+
+import errno
+import json
+import sqlite3
+
+import pytest
+
+from bench import cli, records
+from bench.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_INTERRUPTED
+
+
+def assert_one_line(code, err, expected_code, *fragments):
+    assert code == expected_code, err
+    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def _raising(error):
+    def handler(_args):
+        raise error
+    return handler
+
+
+def _patch_handler(monkeypatch, error):
+    """Makes `methods` raise ``error``: a failure deep inside any command reaches the same boundary."""
+    original = cli.build_parser
+
+    def parser():
+        built = original()
+        built.set_defaults(command="methods")
+        return built
+    monkeypatch.setattr(cli, "build_parser", parser)
+    monkeypatch.setattr(cli, "_cmd_methods", _raising(error))
+
+
+@pytest.mark.parametrize("error, expected_code, fragment", [
+    (OSError(errno.ENOSPC, "No space left on device", "/data/runs/x"), EXIT_ENVIRONMENT, "/data/runs/x: no space left"),
+    (OSError(errno.EROFS, "Read-only file system", "/media/cd"), EXIT_ENVIRONMENT, "/media/cd: read-only"),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), EXIT_ENVIRONMENT, "/root/x: permission denied"),
+    (MemoryError(), EXIT_ENVIRONMENT, "out of memory"),
+    (sqlite3.OperationalError("database is locked"), EXIT_ENVIRONMENT, "locked by another process"),
+    (sqlite3.OperationalError("database or disk is full"), EXIT_ENVIRONMENT, "nothing was committed"),
+    (sqlite3.DatabaseError("file is not a database"), EXIT_BAD_INPUT, "damaged or not a bdl-bench database"),
+    (ZeroDivisionError("division by zero"), EXIT_INTERNAL, "a bug in bdl-bench: ZeroDivisionError"),
+    (KeyError("probs\nsecond line"), EXIT_INTERNAL, "--debug"),
+], ids=["disk-full", "read-only", "permission", "memory", "db-locked", "db-full", "db-damaged", "bug", "bug-2-lines"])
+def test_every_failure_is_one_line_with_its_exit_code(monkeypatch, run_cli, error, expected_code, fragment):
+    _patch_handler(monkeypatch, error)
+    code, _, err = run_cli("methods")
+    assert_one_line(code, err, expected_code, fragment)
+
+
+def test_debug_shows_the_traceback(monkeypatch, run_cli):
+    _patch_handler(monkeypatch, ZeroDivisionError("boom"))
+    with pytest.raises(ZeroDivisionError):
+        run_cli("methods", "--debug")
+    monkeypatch.setenv("BDL_BENCH_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        run_cli("methods")
+
+
+def test_an_interrupt_is_one_line_and_exit_130(monkeypatch, run_cli):
+    _patch_handler(monkeypatch, KeyboardInterrupt())
+    code, _, err = run_cli("methods")
+    assert_one_line(code, err, EXIT_INTERRUPTED, "interrupted")
+
+
+@pytest.mark.parametrize("seed", ["18446744073709551616", "-1", "9223372036854775808", "1e3", "nan"])
+def test_an_out_of_range_seed_is_refused_before_any_work(tmp_path, run_cli, seed):
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--seed", seed,
+                           "--out", tmp_path, "--quiet")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "seed" if "e" not in seed and seed != "nan" else "whole number")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_path_too_long_is_one_line(tmp_path, run_cli):
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out",
+                           tmp_path / ("x" * 300), "--quiet")
+    assert code in (EXIT_BAD_INPUT, EXIT_ENVIRONMENT)
+    assert_one_line(code, err, code, "x" * 50)
+
+
+def test_a_disk_full_while_writing_a_run_keeps_no_half_run(tmp_path, run_cli, monkeypatch):
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    monkeypatch.setattr(records, "atomic_write_bytes", full)
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--quiet")
+    assert_one_line(code, err, EXIT_ENVIRONMENT, "no space left")
+    assert not list(tmp_path.rglob(records.RESULT))
+
+
+@pytest.mark.parametrize("content", [b"{", b"", b"\xff\xfe", b"[1, 2]", b"[" * 100_000 + b"]" * 100_000],
+                         ids=["truncated", "empty", "not-utf8", "not-an-object", "deep"])
+def test_a_damaged_reference_registry_is_one_line_naming_it(tmp_path, run_cli, monkeypatch, content):
+    registry = tmp_path / "registry.json"
+    registry.write_bytes(content)
+    monkeypatch.setattr("reference.store.REGISTRY", registry)
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path / "runs",
+                           "--quiet")
+    assert_one_line(code, err, EXIT_BAD_INPUT, str(registry), "damaged", "reinstall")
+
+
+def test_a_damaged_manifest_names_the_fetch_that_repairs_it(tmp_path, run_cli):
+    manifest = tmp_path / "tasks" / "dermamnist" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"version": 1, "arrays": {')
+    code, _, err = run_cli("tasks", "--cache", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, str(manifest), "fetch --task dermamnist", "--force")
+
+
+def test_a_manifest_that_is_a_fifo_is_refused_without_blocking(tmp_path, run_cli):
+    import os
+
+    manifest = tmp_path / "tasks" / "dermamnist" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    os.mkfifo(manifest)
+    code, _, err = run_cli("tasks", "--cache", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "not a regular file")
+
+
+def test_a_damaged_run_record_is_one_line_for_verify(tmp_path, run_cli):
+    folder = tmp_path / "toy-gap" / "sgd" / "budget-1" / "seed-0"
+    folder.mkdir(parents=True)
+    (folder / records.RESULT).write_text('{"task": "toy-gap", ')
+    (folder / records.PREDICTIONS).write_bytes(b"")
+    code, _, err = run_cli("verify", folder)
+    assert_one_line(code, err, EXIT_BAD_INPUT, str(folder / records.RESULT), "damaged")
+
+
+def test_a_file_that_is_not_a_database_is_one_line(tmp_path, run_cli):
+    db = tmp_path / "board.db"
+    db.write_bytes(b"this is not sqlite" * 100)
+    code, _, err = run_cli("leaderboard", "--db", db)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "database")
+
+
+def test_a_damaged_baseline_is_one_line(tmp_path, run_cli):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"format": 1})[:-3])
+    code, _, err = run_cli("check", "--baseline", baseline)
+    assert_one_line(code, err, EXIT_BAD_INPUT, str(baseline), "check --update")
