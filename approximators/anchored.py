@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -40,6 +41,9 @@ class AnchoredConfig(AdamConfig):
     epochs: int = 100
     validation_fraction: float = 0.1
     vectorise: bool = True
+
+    BOUNDS: ClassVar[dict[str, str]] = {"epochs": "[1, inf)", "validation_fraction": "[0, 1)"}
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 FIRST_MEMBER_DEFAULTS = {

@@ -136,6 +136,7 @@ class Approximator:
     (``bench check``) and the honesty probe run it with, so both stay fast on a CPU."""
 
     def __init__(self, config):
+        check_settings(self.name, config)
         self.config = config
         self._predictive: np.ndarray | None = None
         self.report: dict = {}
@@ -167,28 +168,55 @@ def _parse(name: str, raw: str, kind) -> object:
             raise ValueError(raw)
         return kind(raw)
     except ValueError:
-        raise ConfigError(f"--set {name}={raw}: expected a value of type {kind.__name__}") from None
+        raise ConfigError(f"--set {name}: expected a value of type {kind.__name__}, got {raw!r}") from None
 
 
-def check_positive(method: str, **values: float) -> None:
-    """One line naming the first setting that is not a finite positive number."""
-    for name, value in values.items():
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{method}: {name} must be a positive number, got {value}")
+@dataclass(frozen=True)
+class Interval:
+    """The values a numeric setting may take, written as in mathematics: ``"(0, inf)"``, ``"[1, inf)"``,
+    ``"[0, 1)"``; a square bracket includes its end. A non-finite value is never inside."""
+
+    text: str
+
+    def __post_init__(self):
+        ends = self.text[1:-1].split(",")
+        if self.text[:1] not in ("[", "(") or self.text[-1:] not in ("]", ")") or len(ends) != 2:
+            raise ValueError(f"not an interval: {self.text!r}")
+        float(ends[0]), float(ends[1])
+
+    def __contains__(self, value: float) -> bool:
+        low, high = (float(end) for end in self.text[1:-1].split(","))
+        above = value >= low if self.text[0] == "[" else value > low
+        below = value <= high if self.text[-1] == "]" else value < high
+        return math.isfinite(value) and above and below
+
+
+def settings_bounds(config_class: type) -> dict[str, Interval]:
+    """Every numeric setting's :class:`Interval`: the ``BOUNDS`` of the config class and of its bases, where
+    each config declares the interval of each of its numeric fields."""
+    bounds: dict[str, Interval] = {}
+    for cls in reversed(config_class.__mro__):
+        bounds.update({name: Interval(text) for name, text in vars(cls).get("BOUNDS", {}).items()})
+    return bounds
+
+
+def check_settings(method: str, config) -> None:
+    """One line naming the first numeric setting outside its declared interval (before any work is done)."""
+    bounds = settings_bounds(type(config))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        # A user's method may leave a setting undeclared: it must still be a finite number.
+        interval = bounds.get(field.name, Interval("(-inf, inf)"))
+        if value not in interval:
+            raise ConfigError(f"{method}: {field.name} must lie in {interval.text}, got {value}")
 
 
 def check_schedule(method: str, lr: float, min_lr: float) -> None:
-    """One line unless ``lr`` is a finite positive number and ``min_lr`` (where a cosine decay ends) lies in [0, lr]."""
-    check_positive(method, lr=lr)
-    if not 0 <= min_lr <= lr:
-        raise ConfigError(f"{method}: min_lr must lie in [0, lr]")
-
-
-def check_at_least(method: str, **values: tuple[int, int]) -> None:
-    """One line naming the first whole-number setting below its minimum: ``name=(value, minimum)``."""
-    for name, (value, minimum) in values.items():
-        if value < minimum:
-            raise ConfigError(f"{method}: {name} must be at least {minimum}, got {value}")
+    """One line unless ``min_lr`` (where a cosine decay from ``lr`` ends) is at most ``lr``."""
+    if not min_lr <= lr:
+        raise ConfigError(f"{method}: min_lr must not exceed lr")
 
 
 def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None):
@@ -201,7 +229,9 @@ def resolve_config(method: type[Approximator], task: str, overrides: dict[str, s
         if key not in names:
             raise ConfigError(f"method {method.name!r} has no setting {key!r}; its settings: {', '.join(names)}")
         values[key] = _parse(key, raw, hints[key])
-    return method.Config(**values)
+    config = method.Config(**values)
+    check_settings(method.name, config)
+    return config
 
 
 def member_seeds(generator: torch.Generator, n: int) -> list[int]:

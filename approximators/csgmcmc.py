@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive
+from approximators.base import Approximator, PredictiveAccumulator, Problem
 from approximators.sgld import chain_generators
 from approximators.training import Members
 from approximators.updates import SGHMC, SGLD
@@ -62,6 +63,17 @@ class CyclicalConfig:
     exploration: float = 0.9
     samples_per_cycle: int = 3
     chains: int = 1
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "batch_size": "[1, inf)",
+        "lr": "(0, inf)",
+        "friction": "(0, 1]",
+        "cycles": "[0, inf)",
+        "exploration": "[0, 1)",
+        "samples_per_cycle": "[1, inf)",
+        "chains": "[1, inf)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 CYCLICAL_DEFAULTS = {
@@ -96,13 +108,8 @@ class CyclicalSGMCMC(Approximator):
     def plan(self, budget: float) -> tuple[int, int]:
         """(cycles M, epochs per cycle L) or a one-line error."""
         c = self.config
-        check_positive(self.name, lr=c.lr)
         if c.form not in FORMS:
             raise ConfigError(f"csgmcmc: form must be one of {', '.join(FORMS)}, got {c.form!r}")
-        if not 0 < c.friction <= 1 or not 0 <= c.exploration < 1:
-            raise ConfigError("csgmcmc: friction must lie in (0, 1] and exploration in [0, 1)")
-        check_at_least(self.name, batch_size=(c.batch_size, 1), chains=(c.chains, 1),
-                       samples_per_cycle=(c.samples_per_cycle, 1), cycles=(c.cycles, 0))
         epochs = math.floor(budget / c.chains + 1e-9)
         cycles = c.cycles or max(1, round(epochs / EPOCHS_PER_CYCLE))
         length = epochs // cycles

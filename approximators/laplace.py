@@ -43,14 +43,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
-from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem, check_at_least,
-                                 check_schedule, member_generators, next_seed)
+from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem, check_schedule,
+                                member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
 from approximators.training import AdamConfig, Members, schedule_of, train_members
@@ -68,6 +69,9 @@ class LaplaceConfig(AdamConfig):
     structure: str = "last-layer-kron"
     predictive: str = "sampling"
     samples: int = 30
+
+    BOUNDS: ClassVar[dict[str, str]] = {"samples": "[1, inf)"}
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 LAPLACE_DEFAULTS = {task: dict(settings) for task, settings in MAP_DEFAULTS.items()}
@@ -281,7 +285,6 @@ class Laplace(Approximator):
         if c.predictive not in PREDICTIVES:
             raise ConfigError(f"laplace: predictive must be one of {', '.join(PREDICTIVES)}, got {c.predictive!r}")
         check_schedule(self.name, c.lr, c.min_lr)
-        check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
         map_epochs = math.floor(budget + 1e-9) - 1
         if map_epochs < 1:
             raise BudgetExhausted(f"laplace: a budget of {budget:g} epochs leaves no epoch of MAP training before the "

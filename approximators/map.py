@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -31,6 +32,9 @@ from bench.functional import StackedModel
 @dataclass(frozen=True)
 class MAPConfig(AdamConfig):
     members: int = 5
+
+    BOUNDS: ClassVar[dict[str, str]] = {"members": "[1, inf)"}
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 EMBEDDED_DEFAULTS = {

@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_schedule,
-                                 member_generators, next_seed)
+from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_schedule, member_generators,
+                                next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.training import AdamConfig, Members, schedule_of, train_members
 from bench.budget import MeteredData
@@ -67,6 +68,9 @@ class MCDropoutConfig(AdamConfig):
     rate: float = 0.1
     sites: str = ""
     samples: int = 30
+
+    BOUNDS: ClassVar[dict[str, str]] = {"rate": "(0, 1)", "samples": "[1, inf)"}
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 MC_DROPOUT_DEFAULTS = {task: {**settings, "sites": SITES[task], **({"rate": RATES[task]} if task in RATES else {})}
@@ -136,9 +140,6 @@ class MCDropout(Approximator):
         """(epochs, dropout sites) or a one-line error."""
         c = self.config
         check_schedule(self.name, c.lr, c.min_lr)
-        check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
-        if not 0 < c.rate < 1 or not math.isfinite(c.rate):
-            raise ConfigError(f"mc-dropout: rate must lie strictly between 0 and 1, got {c.rate}")
         sites = [site.strip() for site in c.sites.split(",") if site.strip()]
         if not sites:
             raise ConfigError("mc-dropout: no dropout sites for this task; name the layers with --set sites=a,b")

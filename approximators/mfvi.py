@@ -33,20 +33,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import (Approximator, Problem, check_at_least, check_positive, check_schedule,
-                                 mean_field_predictive, next_seed)
+from approximators.base import Approximator, Problem, check_schedule, mean_field_predictive, next_seed
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
 from approximators.training import Members, schedule_of, train_members
 from approximators.updates import Adam, NoiseStream, cosine_schedule
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import BudgetExhausted
 
 
 TUNED = {"toy-gap": dict(lr=0.01), "diabetes-gap": dict(lr=0.01), "digits": dict(lr=0.003)}
@@ -65,6 +65,20 @@ class MFVIConfig:
     map_min_lr: float = 1e-4
     map_beta1: float = 0.9
     map_beta2: float = 0.999
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "batch_size": "[1, inf)",
+        "lr": "(0, inf)",
+        "min_lr": "[0, inf)",
+        "map_fraction": "(0, 1)",
+        "init_std": "(0, inf)",
+        "samples": "[1, inf)",
+        "map_lr": "(0, inf)",
+        "map_min_lr": "[0, inf)",
+        "map_beta1": "[0, 1)",
+        "map_beta2": "[0, 1)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 MFVI_DEFAULTS = {
@@ -169,10 +183,6 @@ class MFVI(Approximator):
         """(MAP epochs, VI epochs) or a one-line error."""
         c = self.config
         check_schedule(self.name, c.lr, c.min_lr)
-        check_positive(self.name, init_std=c.init_std)
-        if not 0 < c.map_fraction < 1:
-            raise ConfigError(f"mfvi: map_fraction must lie in (0, 1), got {c.map_fraction}")
-        check_at_least(self.name, batch_size=(c.batch_size, 1), samples=(c.samples, 1))
         total = math.floor(budget + 1e-9)
         map_epochs = max(1, round(c.map_fraction * total))
         if total - map_epochs < 1:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -60,6 +61,20 @@ class SAEConfig(AdamConfig):
     seq_beta2: float = 0.999
     validation_fraction: float = 0.1
     vectorise: bool = True
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "chains": "[0, inf)",
+        "members_per_chain": "[0, inf)",
+        "first_epochs": "[1, inf)",
+        "sequential_epochs": "[1, inf)",
+        "walk_step": "(0, inf)",
+        "seq_lr": "(0, inf)",
+        "seq_min_lr": "[0, inf)",
+        "seq_beta1": "[0, 1)",
+        "seq_beta2": "[0, 1)",
+        "validation_fraction": "[0, 1)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 _SEQUENTIAL = {

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from approximators import engine
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
-                                 member_generators, next_seed)
+from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators, next_seed
 from approximators.training import Members
 from approximators.updates import SGLD
 from bench.budget import MeteredData
@@ -53,6 +53,17 @@ class SGLDConfig:
     chains: int = 4
     burn_in: float = 0.5
     thin: int = 1
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "batch_size": "[1, inf)",
+        "lr": "(0, inf)",
+        "decay_offset": "(0, inf)",
+        "decay_power": "[0, inf)",
+        "chains": "[1, inf)",
+        "burn_in": "[0, 1)",
+        "thin": "[1, inf)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 SGLD_DEFAULTS = {
@@ -87,12 +98,8 @@ class StochasticGradientLangevin(Approximator):
     def plan(self, budget: float) -> tuple[int, int, int]:
         """(epochs per chain, burn-in epochs, samples per chain) or a one-line error."""
         c = self.config
-        check_positive(self.name, lr=c.lr, decay_offset=c.decay_offset)
         if c.schedule not in SCHEDULES:
             raise ConfigError(f"sgld: schedule must be one of {', '.join(SCHEDULES)}, got {c.schedule!r}")
-        if not (c.decay_power >= 0 and math.isfinite(c.decay_power)) or not 0 <= c.burn_in < 1:
-            raise ConfigError("sgld: decay_power must be at least 0 and burn_in lie in [0, 1)")
-        check_at_least(self.name, batch_size=(c.batch_size, 1), chains=(c.chains, 1), thin=(c.thin, 1))
         epochs = math.floor(budget / c.chains + 1e-9)
         burn_in = round(c.burn_in * epochs)
         samples = (epochs - burn_in) // c.thin

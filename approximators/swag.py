@@ -44,16 +44,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from approximators import engine
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_at_least, check_positive,
-                                 member_generators)
+from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators
 from approximators.training import Members
 from approximators.updates import SGD
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import BudgetExhausted
 
 VARIANCE_FLOOR = 1e-30
 """The authors' clamp of the diagonal variance (``var_clamp``)."""
@@ -72,6 +72,20 @@ class SWAGConfig:
     scale: float = 0.5
     samples: int = 30
     runs: int = 1
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "batch_size": "[1, inf)",
+        "lr": "(0, inf)",
+        "swa_lr": "(0, inf)",
+        "momentum": "[0, 1)",
+        "swa_start": "(0, 1)",
+        "collect_every": "[0, inf)",
+        "rank": "[2, inf)",
+        "scale": "(0, inf)",
+        "samples": "[1, inf)",
+        "runs": "[1, inf)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 SWAG_DEFAULTS = {
@@ -151,15 +165,6 @@ class SWAG(Approximator):
     check_budget = 20.0
     low_rank = True
 
-    def check_settings(self) -> None:
-        """One line naming the first nonsensical setting."""
-        c = self.config
-        check_at_least(self.name, batch_size=(c.batch_size, 1), rank=(c.rank, 2), samples=(c.samples, 1),
-                       runs=(c.runs, 1), collect_every=(c.collect_every, 0))
-        check_positive(self.name, lr=c.lr, swa_lr=c.swa_lr, scale=c.scale)
-        if not 0 <= c.momentum < 1 or not 0 < c.swa_start < 1:
-            raise ConfigError(f"{self.name}: momentum must lie in [0, 1) and swa_start in (0, 1)")
-
     def plan(self, budget: float, steps_in_epoch: int) -> tuple[int, int, int]:
         """(epochs per run, first-phase epochs, snapshots per run) for a budget, or a one-line error."""
         c = self.config
@@ -175,7 +180,6 @@ class SWAG(Approximator):
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config
-        self.check_settings()
         steps_in_epoch = engine.steps_per_epoch(data.n_train, c.batch_size)
         epochs, first, snapshots = self.plan(data.meter.budget_epochs, steps_in_epoch)
         period = c.collect_every or steps_in_epoch

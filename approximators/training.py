@@ -19,6 +19,7 @@ training call, and optimiser state starts fresh at every call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -42,6 +43,15 @@ class AdamConfig:
     min_lr: float = 1e-4
     beta1: float = 0.9
     beta2: float = 0.999
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "batch_size": "[1, inf)",
+        "lr": "(0, inf)",
+        "min_lr": "[0, inf)",
+        "beta1": "[0, 1)",
+        "beta2": "[0, 1)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 def schedule_of(config: AdamConfig, prefix: str = "") -> AdamConfig:

@@ -40,19 +40,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, Problem, check_at_least, check_positive, mean_field_predictive
+from approximators.base import Approximator, Problem, mean_field_predictive
 from approximators.engine import Objective
 from approximators.per_example import gradient_moments
 from approximators.sgld import chain_generators
 from approximators.training import Members
 from approximators.updates import NoiseStream
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import BudgetExhausted
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,18 @@ class VOGNConfig:
     tempering: float = 0.0
     tau_start: float = 0.1
     samples: int = 10
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "batch_size": "[1, inf)",
+        "lr": "(0, inf)",
+        "beta1": "[0, 1)",
+        "beta2": "(0, 1]",
+        "mc_samples": "[1, inf)",
+        "tempering": "[0, 1)",
+        "tau_start": "(0, 1]",
+        "samples": "[1, inf)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 VOGN_DEFAULTS = {
@@ -149,12 +161,6 @@ class VOGN(Approximator):
     def plan(self, budget: float, n_train: int) -> int:
         """Epochs trained after the initialisation minibatch, or a one-line error."""
         c = self.config
-        check_positive(self.name, lr=c.lr, tau_start=c.tau_start)
-        if not (0 <= c.beta1 < 1 and 0 < c.beta2 <= 1) or not 0 <= c.tempering < 1 or c.tau_start > 1:
-            raise ConfigError("vogn: beta1 must lie in [0, 1), beta2 in (0, 1], tempering in [0, 1) (tau must reach "
-                              "1 before the posterior is read) and tau_start in (0, 1]")
-        check_at_least(self.name, batch_size=(c.batch_size, 1), mc_samples=(c.mc_samples, 1),
-                       samples=(c.samples, 1))
         epochs = math.floor(budget - min(c.batch_size, n_train) / n_train + 1e-9)
         if epochs < 1:
             raise BudgetExhausted(f"vogn: a budget of {budget:g} epochs leaves no whole epoch after the "

@@ -8,7 +8,7 @@ import torch
 from approximators import anchored, guided_walk, sae
 from approximators import map as map_module
 from approximators.anchored import prior_draws
-from approximators.sae import allocation
+from approximators.sae import SAEConfig, allocation
 from bench.errors import BudgetExhausted
 from bench.functional import StackedModel
 from bench.tasks import get_task
@@ -72,9 +72,11 @@ def test_seeded_runs_reproduce_exactly(method, settings, fit):
     assert not np.array_equal(first, other)
 
 
-def test_sae_members_start_from_their_predecessor(fit):
+def test_sae_members_start_from_their_predecessor(fit, monkeypatch):
     """With the sequential learning rate at zero a later member cannot move, so a chain of two
-    members must predict exactly like its first member alone: it fails if members restart."""
+    members must predict exactly like its first member alone: it fails if members restart. (A user's
+    run refuses a zero rate: it would train nothing.)"""
+    monkeypatch.setitem(SAEConfig.BOUNDS, "seq_lr", "[0, inf)")
     frozen = dict(chains=1, first_epochs=2, sequential_epochs=1, seq_lr=0.0, seq_min_lr=0.0)
     one, _ = fit("sae", "digits", budget=2, members_per_chain=1, **frozen)
     two, _ = fit("sae", "digits", budget=3, members_per_chain=2, **frozen)
