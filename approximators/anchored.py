@@ -29,7 +29,8 @@ from typing import ClassVar
 
 import torch
 
-from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators, next_seed
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, next_seed,
+                                steps_for)
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -75,6 +76,11 @@ class AnchoredEnsemble(Approximator):
     Config = AnchoredConfig
     TASK_DEFAULTS = FIRST_MEMBER_DEFAULTS
     check_budget = 200.0  # two members of 100 epochs
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        c = self.config
+        together = max(1, math.floor(budget / c.epochs + 1e-9)) if c.vectorise else 1
+        return Footprint(together, steps_for(c.epochs, n_train, c.batch_size), what="member")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

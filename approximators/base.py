@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass
 from typing import Callable, ClassVar
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import ConfigError
+from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -125,6 +126,62 @@ class PredictiveAccumulator:
         return self._samples.numpy()
 
 
+STATE_COPIES = 8
+"""Parameter-sized tensors a network in training holds at once in the memory plan (parameters, gradient,
+two optimiser moments, anchor, best-so-far copy and working space): an estimate that leaves activations out,
+so the plan refuses only what cannot fit."""
+
+BYTES_PER_SCHEDULE_STEP = 32
+"""A per-step schedule entry held as a Python float in a list (the object and its pointer)."""
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a run holds at once, known from its settings and budget before anything is built.
+
+    ``networks``: networks trained together (vectorised members or chains), each with its training state;
+    ``schedule_steps``: entries of the per-step schedules it materialises; ``kept``: further
+    parameter-sized vectors it keeps (SWAG's moments and deviations)."""
+
+    networks: int
+    schedule_steps: int
+    kept: int = 0
+    what: str = "network"
+
+    def bytes(self, n_params: int) -> int:
+        return (self.networks * STATE_COPIES + self.kept) * n_params * 4 \
+            + self.schedule_steps * BYTES_PER_SCHEDULE_STEP
+
+
+def steps_for(epochs: float, n_train: int, batch_size: int) -> int:
+    """Minibatch steps in ``epochs`` epochs of ``n_train`` rows (what a per-step schedule holds)."""
+    return math.floor(epochs + 1e-9) * math.ceil(n_train / batch_size)
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory on ``device``: the GPU's total, or the machine's physical memory."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_footprint(approximator: "Approximator", budget: float, n_train: int, n_params: int,
+                    device: torch.device) -> None:
+    """Plan before allocating: one line when what the settings and budget imply cannot fit in ``device``'s memory."""
+    footprint = approximator.footprint(budget, n_train)
+    needed, available = footprint.bytes(n_params), device_memory(device)
+    if needed > available:
+        held = [f"trains {footprint.networks:,} {footprint.what}(s) of {n_params:,} parameters together"]
+        if footprint.kept:
+            held.append(f"keeps {footprint.kept:,} more parameter vectors")
+        if footprint.schedule_steps:
+            held.append(f"schedules {footprint.schedule_steps:,} steps")
+        raise BudgetExhausted(
+            f"{approximator.name}: a budget of {budget:g} epochs with these settings {', '.join(held)}: at least "
+            f"{needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of {device}; lower the budget "
+            f"or what multiplies it (members, chains, runs, rank), or set vectorise=false where the method has it")
+
+
 class Approximator:
     name: ClassVar[str]
     summary: ClassVar[str]
@@ -141,6 +198,12 @@ class Approximator:
         self._predictive: np.ndarray | None = None
         self.report: dict = {}
         """What the run should know about how the method spent its budget (stored in the result record)."""
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        """What a run of ``budget`` epochs holds at once (checked before :meth:`fit` builds anything).
+        The default: one network with a per-step schedule over the whole budget; a method that trains
+        members or chains together, or keeps more than its parameters, says so."""
+        return Footprint(1, steps_for(budget, n_train, getattr(self.config, "batch_size", 1)))
 
     @classmethod
     def architecture_change(cls, config) -> str | None:

@@ -41,7 +41,7 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, PredictiveAccumulator, Problem
+from approximators.base import Approximator, Footprint, PredictiveAccumulator, Problem, steps_for
 from approximators.sgld import chain_generators
 from approximators.training import Members
 from approximators.updates import SGHMC, SGLD
@@ -123,6 +123,11 @@ class CyclicalSGMCMC(Approximator):
                 f"sampling stage (after {c.exploration:g} of the cycle); lower samples_per_cycle or exploration, "
                 f"or raise the budget")
         return cycles, length
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        cycles, length = self.plan(budget)
+        c = self.config
+        return Footprint(c.chains, 2 * steps_for(cycles * length, n_train, c.batch_size), what="chain")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

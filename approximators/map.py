@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
-from approximators.base import Approximator, PredictiveAccumulator, Problem, member_seeds
+from approximators.base import Approximator, Footprint, PredictiveAccumulator, Problem, member_seeds, steps_for
 from approximators.training import AdamConfig, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -56,6 +56,10 @@ class DeepEnsemble(Approximator):
 
     def n_members(self) -> int:
         return self.config.members
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        members = self.n_members()
+        return Footprint(members, steps_for(budget / members, n_train, self.config.batch_size), what="member")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         members = self.n_members()

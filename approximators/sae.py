@@ -41,7 +41,8 @@ import torch
 
 from approximators import guided_walk
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
-from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators, next_seed
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, next_seed,
+                                steps_for)
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -118,6 +119,12 @@ class SequentialAnchoredEnsemble(Approximator):
     Config = SAEConfig
     TASK_DEFAULTS = SAE_DEFAULTS
     check_budget = 120.0  # one chain: 100 epochs, then ten members of 2 epochs
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        c = self.config
+        chains, _ = allocation(budget, c.first_epochs, c.sequential_epochs, c.chains, c.members_per_chain)
+        return Footprint(chains if c.vectorise else 1,
+                         steps_for(max(c.first_epochs, c.sequential_epochs), n_train, c.batch_size), what="chain")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

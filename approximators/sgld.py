@@ -34,7 +34,8 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators, next_seed
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, next_seed,
+                                steps_for)
 from approximators.training import Members
 from approximators.updates import SGLD
 from bench.budget import MeteredData
@@ -107,6 +108,10 @@ class StochasticGradientLangevin(Approximator):
             raise BudgetExhausted(f"sgld: a budget of {budget:g} epochs leaves {c.chains} chain(s) of {epochs} "
                                   f"epochs no sample after burn-in with thinning {c.thin}")
         return epochs, burn_in, samples
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        epochs, _, _ = self.plan(budget)
+        return Footprint(self.config.chains, steps_for(epochs, n_train, self.config.batch_size), what="chain")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -49,7 +49,7 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, PredictiveAccumulator, Problem, member_generators
+from approximators.base import Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, steps_for
 from approximators.training import Members
 from approximators.updates import SGD
 from bench.budget import MeteredData
@@ -177,6 +177,11 @@ class SWAG(Approximator):
                 f"{self.name}: a budget of {budget:g} epochs gives {c.runs} run(s) of {epochs} epochs, "
                 f"{max(snapshots, 0)} SWAG snapshot(s) after the first {first}; at least 2 are needed")
         return epochs, first, snapshots
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        c = self.config
+        return Footprint(c.runs, steps_for(budget / c.runs, n_train, c.batch_size), kept=c.runs * (c.rank + 2),
+                         what="run")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -32,6 +32,23 @@ import torch
 from bench.errors import BudgetExhausted, MeterMisuse
 
 
+MAX_BUDGET_EPOCHS = 1_000_000
+"""The largest budget a run accepts, in epochs: a thousand times the largest budget of the project's
+own studies (1000 epochs), and small enough that every number a method derives from it (members, chains, steps of a
+schedule) stays a count a machine can hold. A larger budget is refused before anything is built."""
+
+
+def check_budget_size(budget_epochs) -> float:
+    """``budget_epochs`` as a float in (0, MAX_BUDGET_EPOCHS], or a one-line :class:`BudgetExhausted`."""
+    if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) \
+            or not (budget_epochs > 0 and math.isfinite(budget_epochs)):
+        raise BudgetExhausted(f"the budget must be a positive number of epochs, got {budget_epochs}")
+    if budget_epochs > MAX_BUDGET_EPOCHS:
+        raise BudgetExhausted(f"a budget of {budget_epochs:g} epochs is more than bdl-bench runs "
+                              f"(at most {MAX_BUDGET_EPOCHS:g} epochs)")
+    return float(budget_epochs)
+
+
 def _assign(obj, **values) -> None:
     """Sets attributes of the read-only meter classes from inside (their ``__setattr__`` refuses everyone)."""
     for name, value in values.items():
@@ -58,12 +75,10 @@ class BudgetMeter:
     __slots__ = ("_budget_epochs", "_n_train", "_limit", "_examples", "_test_examples", "_n_test")
 
     def __init__(self, budget_epochs: float, n_train: int):
-        if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) \
-                or not (budget_epochs > 0 and math.isfinite(budget_epochs)):
-            raise BudgetExhausted(f"the budget must be a positive number of epochs, got {budget_epochs}")
+        budget_epochs = check_budget_size(budget_epochs)
         n_train = _count(n_train, "n_train", 1)
-        limit = math.floor(float(budget_epochs) * n_train + 1e-9)
-        _assign(self, _budget_epochs=float(budget_epochs), _n_train=n_train, _limit=limit, _examples=0,
+        limit = math.floor(budget_epochs * n_train + 1e-9)
+        _assign(self, _budget_epochs=budget_epochs, _n_train=n_train, _limit=limit, _examples=0,
                 _test_examples=0, _n_test=0)
 
     def __setattr__(self, name, value):

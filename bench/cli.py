@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, describe_failure
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -23,13 +24,15 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _positive_float(text: str) -> float:
+def _budget(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of epochs, got {text!r}")
+    if value > MAX_BUDGET_EPOCHS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET_EPOCHS:g} epochs, got {text}")
     return value
 
 
@@ -71,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
     run.add_argument("--method", required=True, help="method name (see `methods`)")
-    run.add_argument("--budget", required=True, type=_positive_float, help="training epochs, summed over everything trained")
+    run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
     run.add_argument("--task", action="append",
                      help="task name (repeatable); default: every embedded task (competition tasks need `fetch` first)")
     run.add_argument("--seed", type=_seed, default=0, help="the run's seed, in [0, 2^63) (default 0)")
@@ -127,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--name", help="submitter's name (default: the user name)")
     submit.add_argument("--notes", default="", help="free-text notes stored with every run of this submission")
     submit.add_argument("--method", help="for a .zip: the method's name")
-    submit.add_argument("--budget", type=_positive_float, help="for a .zip: the declared budget in epochs")
+    submit.add_argument("--budget", type=_budget, help="for a .zip: the declared budget in epochs")
     submit.add_argument("--seed", type=_seed, default=0, help="for a .zip: the seed (default 0)")
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
@@ -141,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
     board.add_argument("--task", help="only this task")
-    board.add_argument("--budget", type=_positive_float, help="only this budget")
+    board.add_argument("--budget", type=_budget, help="only this budget")
     board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md")
     board.add_argument("--output", type=Path, help="write to this file instead of standard output")
     board.add_argument("--db", type=Path, help=db_help)

@@ -21,6 +21,7 @@ import torch
 
 import bench
 from approximators import Approximator, Problem, get_method, resolve_config
+from approximators.base import check_footprint
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import BenchError
@@ -70,13 +71,28 @@ def metered(task: Task, budget: float, device: torch.device = torch.device("cpu"
     return Problem.for_task(task, meter, device), MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
 
 
-def execute(method: type[Approximator], config, problem: Problem, data: MeteredData,
-            seed: int) -> tuple[np.ndarray, dict]:
-    """Fits ``method`` under the meter with the run's generator; returns its predictive (float64) and
-    its report (how it spent the budget, e.g. SWAG's snapshot count)."""
+def planned(method: type[Approximator], config, problem: Problem, data: MeteredData) -> Approximator:
+    """Builds ``method`` with ``config`` and checks what it would hold for this budget against the
+    device's memory, before anything is trained or written (an absurd plan is one line, not an
+    allocation failure hours in)."""
     approximator = method(config)
+    n_params = sum(p.numel() for p in problem.model_factory().parameters())
+    check_footprint(approximator, data.meter.budget_epochs, data.n_train, n_params, data.device)
+    return approximator
+
+
+def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredData,
+                    seed: int) -> tuple[np.ndarray, dict]:
+    """Fits a planned approximator under the meter with the run's generator; returns its predictive
+    (float64) and its report (how it spent the budget, e.g. SWAG's snapshot count)."""
     approximator.fit(problem, data, torch.Generator().manual_seed(seed))
     return np.asarray(approximator.predictive(), dtype=np.float64), dict(approximator.report)
+
+
+def execute(method: type[Approximator], config, problem: Problem, data: MeteredData,
+            seed: int) -> tuple[np.ndarray, dict]:
+    """:func:`planned`, then :func:`fit_and_predict`."""
+    return fit_and_predict(planned(method, config, problem, data), problem, data, seed)
 
 
 @dataclass(frozen=True)
@@ -106,10 +122,11 @@ def run(spec: RunSpec) -> dict:
     device = resolve_device(spec.device)
     problem, data = _prepare(spec, device)
     config = resolve_config(method, problem.task, dict(spec.overrides))
+    approximator = planned(method, config, problem, data)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
     records.check_writable(folder, spec.force)
     started = time.perf_counter()
-    predictions, report = execute(method, config, problem, data, spec.seed)
+    predictions, report = fit_and_predict(approximator, problem, data, spec.seed)
     wall = time.perf_counter() - started
 
     task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned

@@ -31,6 +31,7 @@ import numpy as np
 
 from approximators import METHODS
 from bench import metrics, records
+from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import BenchError, ConfigError, DamagedFile
 from bench.io import read_json
 from bench.runner import score
@@ -166,8 +167,9 @@ def read_result(folder: Path) -> dict:
 
 def check_budget_claim(budget: float, epochs_used: float, test_passes: float, source: str) -> None:
     """The track's limit is its budget: a run may use at most ``budget`` epochs."""
-    if not (math.isfinite(budget) and budget > 0):
-        raise SubmissionError(f"{source}: the budget must be a positive number of epochs, got {budget}")
+    if not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
+        raise SubmissionError(f"{source}: the budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], "
+                              f"got {budget}")
     if not (math.isfinite(epochs_used) and 0 < epochs_used <= budget):
         raise SubmissionError(f"{source}: claims {epochs_used} epochs used, outside (0, {budget:g}], the budget's limit")
     if not (math.isfinite(test_passes) and test_passes >= 0):
@@ -312,8 +314,9 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
     path = Path(path)
     check_submitter(submitter, notes)
     check_method_name(method, str(path))
-    if not (math.isfinite(budget) and budget > 0):
-        raise SubmissionError(f"{path}: the declared budget must be a positive number of epochs, got {budget}")
+    if not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
+        raise SubmissionError(f"{path}: the declared budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], "
+                              f"got {budget}")
     try:
         if path.stat().st_size > MAX_ZIP_BYTES:
             raise SubmissionError(f"{path}: larger than {MAX_ZIP_BYTES} bytes")

@@ -1,0 +1,81 @@
+"""What a budget implies is planned before anything is allocated: an absurd budget, or settings that
+multiply what a run holds beyond the machine's memory, are refused in one line before training."""
+
+from __future__ import annotations
+
+import pytest
+
+from approximators import METHODS, resolve_config
+from approximators import base as approximators_base
+from bench.budget import MAX_BUDGET_EPOCHS, BudgetMeter
+from bench.errors import EXIT_BAD_INPUT, BudgetExhausted
+from bench.runner import metered
+from bench.tasks import get_task
+from tests.reliability.test_error_boundary import assert_one_line
+
+N_TRAIN = 400
+
+
+@pytest.mark.parametrize("budget", ["1e30", "1000001", "1e308", str(MAX_BUDGET_EPOCHS * (1 + 1e-12))])
+@pytest.mark.parametrize("method", ["ae", "sae", "de", "sgld", "csgmcmc", "multiswag"])
+def test_an_absurd_budget_is_refused_before_anything_is_built(tmp_path, run_cli, method, budget):
+    code, _, err = run_cli("--method", method, "--budget", budget, "--task", "toy-gap", "--out", tmp_path, "--quiet")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "--budget", "at most 1e+06 epochs")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [("leaderboard", "--db", "board.sqlite"),
+                                     ("submit", "anything.zip", "--db", "board.sqlite", "--method", "de")])
+def test_other_commands_refuse_the_same_budgets(tmp_path, run_cli, command):
+    code, _, err = run_cli(*command, "--budget", "1e30")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "at most 1e+06 epochs")
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_meter_refuses_a_budget_beyond_the_limit():
+    BudgetMeter(MAX_BUDGET_EPOCHS, N_TRAIN)
+    with pytest.raises(BudgetExhausted, match="at most 1e"):
+        BudgetMeter(MAX_BUDGET_EPOCHS * 2, N_TRAIN)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_the_defaults_plan_within_a_small_machine_at_the_largest_budget(method):
+    """Every built-in method's default plan for the largest budget fits 24 GiB with the embedded models
+    (a plan is refused only when it cannot fit)."""
+    approximator = METHODS[method](resolve_config(METHODS[method], "toy-gap"))
+    assert approximator.footprint(MAX_BUDGET_EPOCHS, N_TRAIN).bytes(10_000) < 24 * 2**30
+
+
+GiB = 2**30
+MULTIPLYING = [  # method, task, setting, what the refusal names, a memory in which the defaults plan to fit
+    ("de", "toy-gap", "members=1000000", "member", GiB), ("sgld", "toy-gap", "chains=1000000", "chain", GiB),
+    ("csgmcmc", "digits", "chains=20000", "chain", 2 * GiB),
+    ("multiswag", "toy-gap", "rank=100000000", "more parameter vectors", GiB),
+    ("ae", "toy-gap", "epochs=1", "member", GiB), ("sae", "digits", "chains=9000", "chain", GiB // 2)]
+
+
+@pytest.mark.parametrize("method, task, setting, what, memory", MULTIPLYING)
+def test_settings_that_multiply_what_a_run_holds_are_refused_before_fit(tmp_path, run_cli, monkeypatch, method, task,
+                                                                       setting, what, memory):
+    monkeypatch.setattr(approximators_base, "device_memory", lambda device: memory)
+    monkeypatch.setattr(METHODS[method], "fit", lambda *_: pytest.fail("fit ran before the plan was checked"))
+    code, _, err = run_cli("--method", method, "--budget", "1000000", "--task", task, "--out", tmp_path,
+                           "--quiet", "--set", setting)
+    assert_one_line(code, err, EXIT_BAD_INPUT, f"{method}: a budget of 1e+06 epochs", what, "GiB")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("method, task, setting, what, memory", MULTIPLYING)
+def test_the_defaults_plan_to_fit_the_memories_used_above(method, task, setting, what, memory):
+    """So that only the multiplying setting can be what the test above sees refused."""
+    problem, data = metered(get_task(task), MAX_BUDGET_EPOCHS)
+    n_params = sum(p.numel() for p in problem.model_factory().parameters())
+    cls = METHODS[method]
+    assert cls(resolve_config(cls, task)).footprint(MAX_BUDGET_EPOCHS, data.n_train).bytes(n_params) < memory
+
+
+def test_an_anchored_ensemble_plans_its_members_together_only_when_vectorised():
+    cls = METHODS["ae"]
+    together = cls(resolve_config(cls, "toy-gap", {"epochs": "10"})).footprint(1000, N_TRAIN)
+    one_by_one = cls(resolve_config(cls, "toy-gap", {"epochs": "10", "vectorise": "false"})).footprint(1000, N_TRAIN)
+    assert (together.networks, one_by_one.networks) == (100, 1)
