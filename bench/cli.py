@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from tabulate import tabulate
@@ -176,13 +177,17 @@ def _cmd_run(args) -> int:
     from tqdm.auto import tqdm
 
     from approximators import get_method, resolve_config
+    from bench import records
     from bench.runner import RunSpec, resolve_device, run
     from bench.tasks import get_task, task_names
 
-    tasks = args.task or task_names()
     method = get_method(args.method)
-    for task in tasks:  # fail on any bad name, missing data, setting or device before the first task trains
-        resolve_config(method, get_task(task, args.cache).name, dict(args.overrides))
+    # Each task once, under its own name (a repeated or aliased --task would train twice into one folder).
+    tasks = list(dict.fromkeys(get_task(task, args.cache).name for task in args.task or task_names()))
+    for task in tasks:  # fail on any bad setting or finished run before the first task trains
+        config = resolve_config(method, task, dict(args.overrides))
+        records.check_unfinished(records.run_folder(args.out, task, method.name, args.budget, args.seed), args.force,
+                                 asdict(config))
     resolve_device(args.device)
     rows = []
     # disable=None: a progress bar only on a terminal, so piped stderr holds errors alone.
@@ -202,6 +207,8 @@ def _cmd_run(args) -> int:
 
 def _summary_row(result: dict) -> dict:
     """One line of the run table; official references have no published noise floor (shown as None)."""
+    from bench.records import budget_label
+
     m = result["metrics"]
     floor = (result["noise_floor"] or {}).get("all", {})
     public = result["metrics_by_block"].get("public")
@@ -213,7 +220,7 @@ def _summary_row(result: dict) -> dict:
         fidelity = {"W1": m["w1"], "W2": m["w2"], "floor W1": floor.get("w1"), "floor W2": floor.get("w2"),
                     **({"public W (competition)": public["competition_w"]} if public else {}), "RMSE": m.get("rmse")}
     return {"kind": "classification" if "agreement" in m else "regression",
-            "task": result["task"], "method": result["method"], "budget": f"{result['budget']:g}",
+            "task": result["task"], "method": result["method"], "budget": budget_label(result["budget"]),
             "epochs": f"{result['epochs_used']:g}", "seed": result["seed"], **fidelity,
             "seconds": result["wall_seconds"]}
 

@@ -1,13 +1,20 @@
 """Run folders: ``<out>/<task>/<method>/budget-<B>/seed-<S>/`` holding ``predictions.npz`` and ``result.json``.
 
+A folder's name carries the run's exact budget (2 and 2.0000001 never share one); its record carries the
+configuration, and a finished run of another configuration is refused with both shown, never replaced
+(``--force`` replaces it on purpose). While a run works it holds an exclusive lock on its folder
+(``flock`` on ``.lock``), so a second run into the same folder fails at once instead of racing it.
 ``result.json`` is written last, so its presence marks a finished run; both files are written
-atomically (temporary file in the same folder, then rename), and a finished run is never
-overwritten unless the caller asks for it.
+atomically (temporary file in the same folder, then rename).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -16,16 +23,41 @@ from bench.io import atomic_write_bytes, json_bytes, npz_bytes, read_json
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
+LOCK = ".lock"
+
+
+def budget_label(budget: float) -> str:
+    """The budget as a folder name, exactly: an integer as is, any other float by its shortest round-trip repr."""
+    budget = float(budget)
+    return str(int(budget)) if budget.is_integer() else repr(budget)
 
 
 def run_folder(out: Path, task: str, method: str, budget: float, seed: int) -> Path:
-    return Path(out) / task / method / f"budget-{budget:g}" / f"seed-{seed}"
+    return Path(out) / task / method / f"budget-{budget_label(budget)}" / f"seed-{seed}"
 
 
-def check_writable(folder: Path, force: bool) -> None:
-    """Fails early (before any training) if the run exists or the folder cannot be written."""
+def _differences(held: dict, wanted: dict) -> str:
+    keys = sorted(set(held) | set(wanted), key=str)
+    return "; ".join(f"{k}: {held.get(k, '(unset)')!r} there, {wanted.get(k, '(unset)')!r} here"
+                     for k in keys if held.get(k) != wanted.get(k))
+
+
+def check_unfinished(folder: Path, force: bool, config: dict | None = None) -> None:
+    """Fails if ``folder`` holds a finished run and ``force`` is off, naming what differs from ``config``
+    when the configurations differ; changes nothing."""
     if (folder / RESULT).exists() and not force:
+        held = read_result(folder).get("config")
+        wanted = json.loads(json_bytes(config)) if config is not None else None
+        if isinstance(held, dict) and wanted is not None and held != wanted:
+            raise BenchError(f"{folder} already holds a finished run of another configuration ("
+                             f"{_differences(held, wanted)}); choose another --out, or pass --force to replace it")
         raise BenchError(f"{folder} already holds a finished run; pass --force to overwrite it")
+
+
+def check_writable(folder: Path, force: bool, config: dict | None = None) -> None:
+    """Fails early (before any training) if the folder holds a finished run (:func:`check_unfinished`)
+    or cannot be written; creates it."""
+    check_unfinished(folder, force, config)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / ".write-test"
@@ -33,6 +65,25 @@ def check_writable(folder: Path, force: bool) -> None:
         probe.unlink()
     except OSError as error:
         raise BenchError(f"cannot write to output folder {folder}: {error.strerror or error}") from None
+
+
+@contextlib.contextmanager
+def claimed(folder: Path, force: bool, config: dict | None = None) -> Iterator[None]:
+    """Holds ``folder`` for one run: checked writable, locked against other runs until the block ends,
+    and checked again under the lock (a run that finished while this one waited is not replaced)."""
+    check_writable(folder, force, config)
+    try:
+        lock = open(folder / LOCK, "a")
+    except OSError as error:
+        raise BenchError(f"cannot write to output folder {folder}: {error.strerror or error}") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BenchError(f"{folder} is in use by another run; wait for it to finish or choose another --out") \
+                from None
+        check_writable(folder, force, config)
+        yield
 
 
 def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict) -> None:

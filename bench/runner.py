@@ -124,36 +124,36 @@ def run(spec: RunSpec) -> dict:
     config = resolve_config(method, problem.task, dict(spec.overrides))
     approximator = planned(method, config, problem, data)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
-    records.check_writable(folder, spec.force)
-    started = time.perf_counter()
-    predictions, report = fit_and_predict(approximator, problem, data, spec.seed)
-    wall = time.perf_counter() - started
+    with records.claimed(folder, spec.force, asdict(config)):
+        started = time.perf_counter()
+        predictions, report = fit_and_predict(approximator, problem, data, spec.seed)
+        wall = time.perf_counter() - started
 
-    task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned
-    reference = load_reference(task)
-    overall, by_block = score(task, predictions, reference)
-    env = environment()
-    result = {
-        "task": task.name,
-        "task_version": task.version,
-        "task_fingerprint": task.fingerprint(),
-        "method": method.name,
-        "budget": spec.budget,
-        "epochs_used": data.meter.epochs_used,
-        "test_passes": data.meter.test_passes,
-        "seed": spec.seed,
-        "metrics": overall,
-        "metrics_by_block": by_block,
-        "noise_floor": reference.noise_floor,
-        "wall_seconds": round(wall, 3),
-        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
-        "config": asdict(config),
-        "architecture_change": method.architecture_change(config),
-        "method_report": report,
-        "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
-        "environment": env,
-        "reference": {"sha256": reference.sha256, "key": reference.key},
-        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    records.write_run(folder, reference.key, predictions, result)
+        task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned
+        reference = load_reference(task)
+        overall, by_block = score(task, predictions, reference)
+        env = environment()
+        result = {
+            "task": task.name,
+            "task_version": task.version,
+            "task_fingerprint": task.fingerprint(),
+            "method": method.name,
+            "budget": spec.budget,
+            "epochs_used": data.meter.epochs_used,
+            "test_passes": data.meter.test_passes,
+            "seed": spec.seed,
+            "metrics": overall,
+            "metrics_by_block": by_block,
+            "noise_floor": reference.noise_floor,
+            "wall_seconds": round(wall, 3),
+            "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+            "config": asdict(config),
+            "architecture_change": method.architecture_change(config),
+            "method_report": report,
+            "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
+            "environment": env,
+            "reference": {"sha256": reference.sha256, "key": reference.key},
+            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        records.write_run(folder, reference.key, predictions, result)
     return result
