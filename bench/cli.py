@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, describe_failure
+from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
                "verify")
@@ -35,10 +36,6 @@ def _budget(text: str) -> float:
     if value > MAX_BUDGET_EPOCHS:
         raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET_EPOCHS:g} epochs, got {text}")
     return value
-
-
-SEED_LIMIT = 2**63
-"""Seeds lie in [0, 2^63): torch's generators and the leaderboard's integer columns hold them."""
 
 
 def _seed(text: str) -> int:

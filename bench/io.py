@@ -16,6 +16,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -64,17 +65,38 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_regular_file(path: Path, limit: int, what: str, repair: str) -> bytes:
-    """The bytes of ``path``, a regular file (a symlink to one is followed) of at most ``limit`` bytes, or
-    one :class:`DamagedFile` line. Never opens a FIFO or a device and never reads past ``limit + 1`` bytes."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
+def open_regular_file(path: Path, what: str, repair: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (a symlink to one is followed), else one
+    :class:`DamagedFile` line. Never waits on a FIFO, never opens a device for reading."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the opened file, so
+    # the path cannot be swapped for a device between the check and the read.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    f = open(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
         raise DamagedFile(f"{path}: the {what} is not a regular file; {repair}")
-    with open(path, "rb") as f:
+    return f
+
+
+def read_regular_file(path: Path, limit: int, what: str, repair: str) -> bytes:
+    """The bytes of ``path``, a regular file (:func:`open_regular_file`) of at most ``limit`` bytes, or one
+    :class:`DamagedFile` line. Never reads past ``limit + 1`` bytes, whatever the file claims."""
+    with open_regular_file(path, what, repair) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise DamagedFile(f"{path}: the {what} is larger than {limit} bytes; {repair}")
     return data
+
+
+def json_depth(value) -> int:
+    """Nesting depth of a parsed JSON value: a scalar is 0, ``{"a": 1}`` is 1, ``[[]]`` is 2; without recursion."""
+    depth, pending = 0, [(value, 0)]
+    while pending:
+        item, outer = pending.pop()
+        if isinstance(item, (dict, list)):
+            depth = max(depth, outer + 1)
+            pending.extend((child, outer + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return depth
 
 
 def read_json(path: Path, what: str, repair: str, limit: int = JSON_BYTES_LIMIT) -> dict:

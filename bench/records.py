@@ -25,6 +25,9 @@ RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
 LOCK = ".lock"
 
+SEED_LIMIT = 2**63
+"""Seeds lie in [0, 2^63): torch's generators and the leaderboard's integer columns hold them."""
+
 
 def budget_label(budget: float) -> str:
     """The budget as a folder name, exactly: an integer as is, any other float by its shortest round-trip repr."""

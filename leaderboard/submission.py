@@ -23,9 +23,12 @@ import hashlib
 import io
 import json
 import math
+import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import numpy as np
 
@@ -33,7 +36,8 @@ from approximators import METHODS
 from bench import metrics, records
 from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import BenchError, ConfigError, DamagedFile
-from bench.io import read_json
+from bench.io import json_depth, open_regular_file, read_json, read_regular_file
+from bench.records import SEED_LIMIT
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
 from bench.tasks.competition import SUBMISSION_FILES
@@ -64,6 +68,14 @@ _RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "config": (dict,), "versions": (dict,), "reference": (dict,),
 }
 MAX_ARCHITECTURE_CHANGE_CHARS = 1000
+MAX_RESULT_DEPTH = 16
+"""Nesting of a run record: bdl-bench's own go three levels deep (metrics by block by metric)."""
+MAX_VERSIONS = 32
+MAX_TIMESTAMP_CHARS = 64
+TASK_VERSION_LIMIT = 2**31
+
+HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+"""The ``.npy`` header versions accepted, each with numpy's public reader (which bounds the header's length)."""
 
 
 class SubmissionError(BenchError):
@@ -117,31 +129,51 @@ def validate_predictions(array: np.ndarray, expected: Expected, source: str) -> 
     return np.asarray(array, dtype=np.float64)
 
 
-def read_predictions(path: Path, expected: Expected) -> np.ndarray:
-    """Reads a run's ``predictions.npz`` (one array ``expected.key``), bounding its size before decompressing."""
+def read_npy(f: BinaryIO, expected: Expected, source: str) -> np.ndarray:
+    """The array of an ``.npy`` stream whose header is checked against ``expected`` (dtype and shape) before
+    anything is allocated; exactly the bytes the header implies are read, never more."""
     try:
-        size = path.stat().st_size
-    except OSError:
-        raise SubmissionError(f"{path}: missing; a run folder holds {records.PREDICTIONS} and {records.RESULT}") from None
-    if size > expected.max_npz_bytes:
-        raise SubmissionError(f"{path}: {size} bytes, more than the {expected.max_npz_bytes} that {expected.task}'s "
-                              "predictions can take")
+        version = np.lib.format.read_magic(f)
+        if version not in HEADER_READERS:
+            raise SubmissionError(f"{source}: .npy format version {version} (bdl-bench writes 1.0; 2.0 is accepted)")
+        shape, fortran_order, dtype = HEADER_READERS[version](f)
+    except ValueError as error:
+        raise SubmissionError(f"{source}: not a readable .npy header ({error})") from None
+    shape_needed = (expected.n_test, expected.width)
+    if dtype.hasobject or dtype.kind not in "fiu" or shape != shape_needed:
+        raise SubmissionError(f"{source}: holds {dtype} of shape {shape}; {expected.task} needs {expected.key} of "
+                              f"shape {shape_needed}, real numbers")
+    nbytes = math.prod(shape) * dtype.itemsize
+    data = f.read(nbytes + 1)  # one byte more: a longer stream is refused, and a zip member's CRC is checked at its end
+    if len(data) != nbytes:
+        raise SubmissionError(f"{source}: holds {len(data)}{'+' if len(data) > nbytes else ''} bytes of data, its "
+                              f"header says {nbytes}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
+
+
+def read_predictions(path: Path, expected: Expected) -> np.ndarray:
+    """Reads a run's ``predictions.npz`` (one array ``expected.key``): a regular file, read up to the size the
+    task's predictions can take, its array header checked before the array is allocated."""
+    repair = f"a run folder holds {records.PREDICTIONS} and {records.RESULT} as bdl-bench wrote them"
+    try:
+        data = read_regular_file(path, expected.max_npz_bytes, "predictions file", repair)
+    except FileNotFoundError:
+        raise SubmissionError(f"{path}: missing; {repair}") from None
+    except DamagedFile as error:
+        raise SubmissionError(str(error)) from None
+    except OSError as error:
+        raise SubmissionError(f"{path}: cannot be read ({error.strerror or error})") from None
     member = f"{expected.key}.npy"
     try:
-        with zipfile.ZipFile(path) as archive:
-            infos = archive.infolist()
-            if [info.filename for info in infos] != [member]:
-                raise SubmissionError(f"{path}: must hold exactly one array {expected.key!r}, holds "
-                                      f"{[info.filename for info in infos]}")
-            if infos[0].file_size > expected.max_npz_bytes:
-                raise SubmissionError(f"{path}: {member} unpacks to {infos[0].file_size} bytes, more than the "
-                                      f"{expected.max_npz_bytes} that {expected.task}'s predictions can take")
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = [info.filename for info in archive.infolist()]
+            if names != [member]:
+                raise SubmissionError(f"{path}: must hold exactly one array {expected.key!r}, holds {names}")
             with archive.open(member) as f:
-                # read_array trusts the header's shape only after the size bound above.
-                array = np.lib.format.read_array(f, allow_pickle=False)
+                array = read_npy(f, expected, f"{path}:{member}")
     except SubmissionError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as error:
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as error:
         raise SubmissionError(f"{path}: not a readable .npz file ({error})") from None
     return validate_predictions(array, expected, str(path))
 
@@ -155,6 +187,9 @@ def read_result(folder: Path) -> dict:
         raise SubmissionError(f"{folder}: not a run folder (no {records.RESULT})") from None
     except DamagedFile as error:
         raise SubmissionError(str(error)) from None
+    depth = json_depth(result)
+    if depth > MAX_RESULT_DEPTH:
+        raise SubmissionError(f"{path}: nested {depth} levels deep, more than the {MAX_RESULT_DEPTH} a run record has")
     for field, types in _RESULT_FIELDS.items():
         value = result.get(field)
         if isinstance(value, bool) or not isinstance(value, types):
@@ -162,7 +197,34 @@ def read_result(folder: Path) -> dict:
     for field in ("sha256", "key"):
         if not isinstance(result["reference"].get(field), str):
             raise SubmissionError(f"{path}: field 'reference.{field}' is missing or not a string")
+    _check_result_ranges(result, path)
     return result
+
+
+def _printable(value, limit: int) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= limit and value.isprintable()
+
+
+def _check_result_ranges(result: dict, path: Path) -> None:
+    """Every field the store keeps lies in its range, so the database never sees a value it would refuse."""
+    if not 0 <= result["seed"] < SEED_LIMIT:
+        raise SubmissionError(f"{path}: seed {result['seed']} lies outside [0, 2^63)")
+    if not 0 <= result["task_version"] < TASK_VERSION_LIMIT:
+        raise SubmissionError(f"{path}: task_version {result['task_version']} lies outside [0, 2^31)")
+    if not (math.isfinite(result["wall_seconds"]) and result["wall_seconds"] >= 0):
+        raise SubmissionError(f"{path}: wall_seconds must be a finite number of seconds >= 0, got "
+                              f"{result['wall_seconds']}")
+    if not _printable(result["device"], MAX_NAME_CHARS):
+        raise SubmissionError(f"{path}: device must be 1 to {MAX_NAME_CHARS} printable characters")
+    versions = result["versions"]
+    if len(versions) > MAX_VERSIONS or not all(_printable(k, MAX_NAME_CHARS) and _printable(v, MAX_NAME_CHARS)
+                                               for k, v in versions.items()):
+        raise SubmissionError(f"{path}: versions must map at most {MAX_VERSIONS} names to version strings of 1 to "
+                              f"{MAX_NAME_CHARS} printable characters")
+    finished = result.get("finished_at")
+    if finished is not None and not _printable(finished, MAX_TIMESTAMP_CHARS):
+        raise SubmissionError(f"{path}: finished_at must be null or a timestamp of 1 to {MAX_TIMESTAMP_CHARS} "
+                              "printable characters")
 
 
 def check_budget_claim(budget: float, epochs_used: float, test_passes: float, source: str) -> None:
@@ -295,8 +357,11 @@ def _safe_member_name(name: str, archive: Path) -> str:
 def _read_text_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, source: str) -> np.ndarray:
     if info.file_size > limit:
         raise SubmissionError(f"{source}: unpacks to {info.file_size} bytes, more than the {limit} it can need")
-    with archive.open(info) as f:
-        data = f.read(limit + 1)  # the header's size may lie; never read past the limit
+    try:
+        with archive.open(info) as f:
+            data = f.read(limit + 1)  # the header's size may lie; never read past the limit
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
+        raise SubmissionError(f"{source}: a damaged zip member ({error})") from None
     if len(data) > limit:
         raise SubmissionError(f"{source}: unpacks to more than the {limit} bytes it can need")
     try:
@@ -318,15 +383,25 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
         raise SubmissionError(f"{path}: the declared budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], "
                               f"got {budget}")
     try:
-        if path.stat().st_size > MAX_ZIP_BYTES:
-            raise SubmissionError(f"{path}: larger than {MAX_ZIP_BYTES} bytes")
-        archive = zipfile.ZipFile(path)
+        file = open_regular_file(path, "submission", "submit a .zip file of the official prediction files")
     except FileNotFoundError:
         raise SubmissionError(f"{path}: no such file") from None
+    except DamagedFile as error:
+        raise SubmissionError(str(error)) from None
+    except OSError as error:
+        raise SubmissionError(f"{path}: cannot be read ({error.strerror or error})") from None
+    try:
+        if os.fstat(file.fileno()).st_size > MAX_ZIP_BYTES:
+            raise SubmissionError(f"{path}: larger than {MAX_ZIP_BYTES} bytes")
+        archive = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError) as error:
+        file.close()
         raise SubmissionError(f"{path}: not a readable zip file ({error})") from None
+    except SubmissionError:
+        file.close()
+        raise
     rows = []
-    with archive:
+    with file, archive:
         infos = [info for info in archive.infolist() if not info.is_dir()]
         names = [_safe_member_name(info.filename, path) for info in infos]
         unknown = sorted(set(names) - set(file_tasks))
