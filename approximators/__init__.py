@@ -1,6 +1,13 @@
-"""Approximate inference methods, one module each, registered by their command-line name."""
+"""Approximate inference methods, one module each, registered by their command-line name.
+
+A method outside this repository runs without editing it: ``--method package.module:ClassName``, or by the
+name an installed package registers in the ``bdl_bench.methods`` entry point group."""
 
 from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
 
 from approximators.anchored import AnchoredEnsemble
 from approximators.csgmcmc import CyclicalSGMCMC
@@ -20,10 +27,76 @@ METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace)}
 
 
+ENTRY_POINT_GROUP = "bdl_bench.methods"
+"""The entry point group through which an installed package registers its methods (``name = "pkg.mod:Class"``)."""
+
+
+def _checked(method, origin: str) -> type[Approximator]:
+    """``method`` if it is an approximator class the harness can run, else one :class:`ConfigError` line."""
+    if not (isinstance(method, type) and issubclass(method, Approximator)):
+        raise ConfigError(f"{origin} is not a subclass of approximators.Approximator")
+    missing = [attribute for attribute in ("name", "summary", "Config") if not hasattr(method, attribute)]
+    if missing or not dataclasses.is_dataclass(method.Config):
+        raise ConfigError(f"{origin}: a method class needs a name, a summary and a dataclass Config "
+                          f"({', '.join(missing) or 'Config is not a dataclass'})")
+    if not (isinstance(method.name, str) and method.name.isprintable() and 0 < len(method.name) <= 100
+            and ":" not in method.name and "/" not in method.name):
+        raise ConfigError(f"{origin}: the method's name must be 1 to 100 printable characters without ':' or '/'")
+    return method
+
+
+def load_method(spec: str) -> type[Approximator]:
+    """The class named by ``package.module:ClassName`` (imported now; any failure is one line)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"--method {spec!r}: write a method outside bdl-bench as package.module:ClassName")
+    try:
+        target = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"--method {spec}: cannot import {module_name} ({error})") from None
+    except Exception as error:  # a user's module failing at import is the user's error, in one line
+        raise ConfigError(f"--method {spec}: importing {module_name} failed ({type(error).__name__}: {error})") \
+            from None
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"--method {spec}: {module_name} has no {attribute}")
+        target = getattr(target, part)
+    return _checked(target, spec)
+
+
+def installed_methods() -> dict[str, importlib.metadata.EntryPoint]:
+    """Methods that installed packages register in :data:`ENTRY_POINT_GROUP`, by name (a built-in name wins)."""
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+            if entry.name not in METHODS}
+
+
 def get_method(name: str) -> type[Approximator]:
-    if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}")
-    return METHODS[name]
+    """A method by its name: a built-in one, one an installed package registers, or ``package.module:ClassName``."""
+    if name in METHODS:
+        return METHODS[name]
+    if ":" in name:
+        method = load_method(name)
+        if method.name in METHODS:
+            raise ConfigError(f"--method {name}: its name {method.name!r} is a built-in method's; give it its own")
+        return method
+    entry = installed_methods().get(name)
+    if entry is None:
+        plugins = sorted(installed_methods())
+        raise ConfigError(f"unknown method {name!r}; known methods: {', '.join([*METHODS, *plugins])} "
+                          f"(or package.module:ClassName)")
+    method = load_method(entry.value)
+    if method.name != name:
+        raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {name!r} loads {entry.value}, whose name is "
+                          f"{method.name!r}; the two must match")
+    return method
 
 
-__all__ = ["METHODS", "Approximator", "Problem", "get_method", "resolve_config"]
+def method_source(method: type[Approximator]) -> str | None:
+    """How to load ``method`` again (``package.module:ClassName``), or None for a built-in one."""
+    if METHODS.get(method.name) is method:
+        return None
+    return f"{method.__module__}:{method.__qualname__}"
+
+
+__all__ = ["ENTRY_POINT_GROUP", "METHODS", "Approximator", "Problem", "get_method", "installed_methods",
+           "load_method", "method_source", "resolve_config"]

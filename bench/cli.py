@@ -301,13 +301,20 @@ def _cmd_export(args) -> int:
 def _cmd_methods(_args) -> int:
     import dataclasses
 
-    from approximators import METHODS
+    from approximators import METHODS, get_method, installed_methods
 
-    rows = [{"method": name, "what": m.summary, "paper": m.paper,
-             # a method that changes the network approximates another posterior than the reference's
-             "network": "task's" if m.architecture_change(m.Config()) is None else "changed (see its docs)",
-             "settings": ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(m.Config))}
-            for name, m in METHODS.items()]
+    def row(name, m, source):
+        return {"method": name, "source": source, "what": m.summary, "paper": m.paper,
+                # a method that changes the network approximates another posterior than the reference's
+                "network": "task's" if m.architecture_change(m.Config()) is None else "changed (see its docs)",
+                "settings": ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(m.Config))}
+
+    rows = [row(name, m, "built-in") for name, m in METHODS.items()]
+    for name, entry in sorted(installed_methods().items()):
+        try:
+            rows.append(row(name, get_method(name), f"plugin {entry.value}"))
+        except BenchError as error:  # one broken plugin must not hide the others
+            rows.append({"method": name, "source": f"plugin {entry.value}", "what": f"cannot be loaded: {error}"})
     print(tabulate(rows, headers="keys"))
     return 0
 

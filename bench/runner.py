@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import bench
-from approximators import Approximator, Problem, get_method, resolve_config
+from approximators import Approximator, Problem, get_method, method_source, resolve_config
 from approximators.base import check_footprint
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
@@ -138,6 +138,7 @@ def run(spec: RunSpec) -> dict:
             "task_version": task.version,
             "task_fingerprint": task.fingerprint(),
             "method": method.name,
+            "method_source": method_source(method),
             "budget": spec.budget,
             "epochs_used": data.meter.epochs_used,
             "test_passes": data.meter.test_passes,

@@ -221,6 +221,10 @@ def _check_result_ranges(result: dict, path: Path) -> None:
                                                for k, v in versions.items()):
         raise SubmissionError(f"{path}: versions must map at most {MAX_VERSIONS} names to version strings of 1 to "
                               f"{MAX_NAME_CHARS} printable characters")
+    source = result.get("method_source")
+    if source is not None and not _printable(source, MAX_NAME_CHARS):
+        raise SubmissionError(f"{path}: method_source must be null or package.module:ClassName of 1 to "
+                              f"{MAX_NAME_CHARS} printable characters")
     finished = result.get("finished_at")
     if finished is not None and not _printable(finished, MAX_TIMESTAMP_CHARS):
         raise SubmissionError(f"{path}: finished_at must be null or a timestamp of 1 to {MAX_TIMESTAMP_CHARS} "

@@ -102,7 +102,8 @@ def test_module_entry_point_exits_non_zero_without_traceback():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     from approximators import METHODS
-    assert proc.stderr.strip() == f"error: unknown method 'nope'; known methods: {', '.join(METHODS)}"
+    assert proc.stderr.strip() == (f"error: unknown method 'nope'; known methods: {', '.join(METHODS)} "
+                                   "(or package.module:ClassName)")
 
 
 def test_piped_stderr_holds_only_the_error_line():

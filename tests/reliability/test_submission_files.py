@@ -192,6 +192,7 @@ def test_json_is_bounded_in_size_and_depth(tmp_path, run_cli, db, text, message)
     ("versions", {"torch": 2}, "versions must map"),
     ("versions", {f"p{i}": "1" for i in range(33)}, "versions must map at most 32"),
     ("finished_at", 12, "finished_at must be null or a timestamp"),
+    ("method_source", ["x"], "method_source must be null"),
     ("finished_at", "x" * 65, "finished_at must be null or a timestamp"),
     ("method", "de\x1b[31m", "the method name must be 1 to 200 printable characters"),
     ("architecture_change", 7, "architecture_change must be null"),
@@ -213,7 +214,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.
                     max_leaves=8)
 FIELDS = ["task", "task_version", "task_fingerprint", "method", "budget", "epochs_used", "test_passes", "seed",
           "metrics", "metrics_by_block", "wall_seconds", "device", "config", "versions", "reference", "finished_at",
-          "architecture_change", "noise_floor"]
+          "architecture_change", "noise_floor", "method_source"]
 
 
 @pytest.fixture(scope="module")

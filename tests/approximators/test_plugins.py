@@ -1,0 +1,103 @@
+"""Methods from outside the repository: ``--method package.module:ClassName`` and the ``bdl_bench.methods``
+entry point group of an installed package (here a distribution written on sys.path, as pip would leave it)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from approximators import ENTRY_POINT_GROUP, METHODS, get_method
+from bench import records
+from bench.errors import EXIT_BAD_INPUT, ConfigError
+from tests.reliability.test_error_boundary import assert_one_line
+
+MODULE = textwrap.dedent('''
+    from approximators.map import DeepEnsemble
+
+    class Twins(DeepEnsemble):
+        """Two MAP networks: a method that is not one of bdl-bench's, to load from outside."""
+        name = "twins"
+        summary = "two MAP networks"
+
+        def n_members(self):
+            return 2
+
+    class Impostor(DeepEnsemble):
+        name = "de"
+        summary = "claims a built-in name"
+
+    def not_a_class():
+        pass
+''')
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """An installed package ``twins_plugin`` registering ``twins`` (and any ``extra`` entry points)."""
+    def install(extra: str = "") -> None:
+        site = tmp_path / "site"
+        (site / "twins_plugin").mkdir(parents=True)
+        (site / "twins_plugin" / "__init__.py").write_text(MODULE)
+        (site / "broken_plugin.py").write_text("raise RuntimeError('broken at import')\n")
+        info = site / "twins_plugin-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: twins-plugin\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\ntwins = twins_plugin:Twins\n{extra}")
+        monkeypatch.syspath_prepend(str(site))
+    return install
+
+
+def test_a_class_named_by_module_runs_and_its_record_says_where_it_came_from(tmp_path, run_cli, plugin):
+    plugin()
+    code, _, err = run_cli("--method", "twins_plugin:Twins", "--budget", "2", "--task", "toy-gap", "--out",
+                           tmp_path / "runs", "--quiet")
+    assert code == 0, err
+    result = records.read_result(records.run_folder(tmp_path / "runs", "toy-gap", "twins", 2, 0))
+    assert (result["method"], result["method_source"]) == ("twins", "twins_plugin:Twins")
+    assert result["epochs_used"] == 2
+
+
+def test_an_installed_entry_point_runs_by_name_and_is_listed(tmp_path, run_cli, plugin):
+    plugin()
+    code, _, err = run_cli("--method", "twins", "--budget", "2", "--task", "toy-gap", "--out", tmp_path / "runs",
+                           "--quiet")
+    assert code == 0, err
+    code, out, _ = run_cli("methods")
+    assert code == 0 and "twins" in out and "plugin twins_plugin:Twins" in out
+
+
+def test_a_built_in_run_records_no_source(tmp_path, run_cli):
+    assert run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--quiet")[0] == 0
+    result = json.loads((records.run_folder(tmp_path, "toy-gap", "sgd", 1, 0) / records.RESULT).read_text())
+    assert result["method_source"] is None
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_package.module:Method", "cannot import no_such_package.module"),
+    ("twins_plugin:Missing", "twins_plugin has no Missing"),
+    ("twins_plugin:not_a_class", "is not a subclass of approximators.Approximator"),
+    ("broken_plugin:Anything", "importing broken_plugin failed (RuntimeError: broken at import)"),
+    ("twins_plugin:Impostor", "its name 'de' is a built-in method's"),
+    ("twins_plugin:", "package.module:ClassName"),
+    ("nosuch", "unknown method 'nosuch'"),
+])
+def test_a_method_that_cannot_be_loaded_is_one_line(tmp_path, run_cli, plugin, spec, message):
+    plugin()
+    code, _, err = run_cli("--method", spec, "--budget", "2", "--task", "toy-gap", "--out", tmp_path / "runs")
+    assert_one_line(code, err, EXIT_BAD_INPUT, message)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_entry_point_must_load_the_method_it_names(plugin):
+    plugin("other = twins_plugin:Twins\nde = twins_plugin:Impostor\n")
+    with pytest.raises(ConfigError, match="entry point 'other' loads twins_plugin:Twins, whose name is 'twins'"):
+        get_method("other")
+    assert get_method("de") is METHODS["de"]  # a built-in name is never taken over by a plugin
+
+
+def test_a_broken_plugin_is_listed_without_hiding_the_others(run_cli, plugin):
+    plugin("broken = broken_plugin:Method\n")
+    code, out, _ = run_cli("methods")
+    assert code == 0 and "cannot be loaded" in out and "two MAP networks" in out
