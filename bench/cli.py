@@ -58,7 +58,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Once(argparse.Action):
+    """A single-valued option given twice is refused (argparse would silently keep the last value)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = set(getattr(namespace, "_given_once", ()))
+        if self.dest in given:
+            parser.error(f"{option_string} given more than once; it takes one value"
+                         + ("" if self.dest != "seed" else " (repeat --seed only with `run`)"))
+        namespace._given_once = given | {self.dest}
+        setattr(namespace, self.dest, values)
+
+
 class _OneLineParser(argparse.ArgumentParser):
+    def add_argument(self, *args, **kwargs):
+        if args and args[0].startswith("-") and kwargs.get("action", "store") == "store" and "nargs" not in kwargs:
+            kwargs["action"] = _Once
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str):
         self.exit(2, f"error: {message} (see `python -m bench {self.prog.split()[-1]} --help`)\n"
                   if self.prog.split()[-1] in SUBCOMMANDS else f"error: {message} (see `python -m bench --help`)\n")
@@ -75,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
     run.add_argument("--task", action="append",
                      help="task name (repeatable); default: every embedded task (competition tasks need `fetch` first)")
-    run.add_argument("--seed", type=_seed, default=0, help="the run's seed, in [0, 2^63) (default 0)")
+    run.add_argument("--seed", type=_seed, action="append", dest="seeds",
+                     help="the run's seed, in [0, 2^63) (repeatable: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
     run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
@@ -181,16 +199,22 @@ def _cmd_run(args) -> int:
     method = get_method(args.method)
     # Each task once, under its own name (a repeated or aliased --task would train twice into one folder).
     tasks = list(dict.fromkeys(get_task(task, args.cache).name for task in args.task or task_names()))
-    for task in tasks:  # fail on any bad setting or finished run before the first task trains
+    keys = [key for key, _ in args.overrides]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise BenchError(f"--set {repeated[0]} given more than once; give each setting one value")
+    seeds = list(dict.fromkeys(args.seeds or [0]))
+    runs = [(task, seed) for task in tasks for seed in seeds]
+    for task, seed in runs:  # fail on any bad setting or finished run before the first run trains
         config = resolve_config(method, task, dict(args.overrides))
-        records.check_unfinished(records.run_folder(args.out, task, method.name, args.budget, args.seed), args.force,
+        records.check_unfinished(records.run_folder(args.out, task, method.name, args.budget, seed), args.force,
                                  asdict(config))
     resolve_device(args.device)
     rows = []
     # disable=None: a progress bar only on a terminal, so piped stderr holds errors alone.
-    for task in tqdm(tasks, desc=f"{args.method} @ {args.budget:g} epochs", unit="task",
-                     disable=True if args.quiet else None):
-        result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=args.seed,
+    for task, seed in tqdm(runs, desc=f"{args.method} @ {args.budget:g} epochs", unit="run",
+                           disable=True if args.quiet else None):
+        result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=seed,
                              device=args.device, out=args.out, overrides=tuple(args.overrides), force=args.force,
                              cache=args.cache))
         rows.append(_summary_row(result))

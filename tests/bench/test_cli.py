@@ -113,3 +113,22 @@ def test_piped_stderr_holds_only_the_error_line():
     assert proc.returncode == 2
     assert proc.stderr == ("error: sae: a budget of 10 epochs is too small for 1 chain(s) whose first member "
                            "trains 100 epochs\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--budget", "1", "--budget", "2"), "--budget given more than once"),
+    (("--budget", "1", "--method", "de"), "--method given more than once"),
+    (("--budget", "1", "--out", "a", "--out", "b"), "--out given more than once"),
+    (("--budget", "1", "--set", "lr=0.1", "--set", "lr=0.2"), "--set lr given more than once"),
+])
+def test_a_single_valued_option_given_twice_is_refused(tmp_path, run_cli, args, message):
+    code, _, err = run_cli("--method", "sgd", "--task", "toy-gap", "--quiet", "--out", tmp_path / "runs", *args)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_repeated_seeds_run_once_each(tmp_path, run_cli):
+    code, out, err = run_cli("--method", "sgd", "--task", "toy-gap", "--budget", "1", "--quiet", "--out", tmp_path,
+                             "--seed", "3", "--seed", "1", "--seed", "3")
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "toy-gap" / "sgd" / "budget-1").iterdir()) == ["seed-1", "seed-3"]
