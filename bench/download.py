@@ -10,33 +10,73 @@ checksum mismatch deletes the ``.part`` file.
 Checksums: the package ships the official sha256 of every file whose value is known
 (``reference/official_checksums.json``). For the others the sha256 is recorded at the first
 download in the cache's ``checksums.json`` and every later download must match it (trust on first
-use); the fetch says which of the two applied.
+use); the fetch says which of the two applied. A first-use checksum is recorded by the fetch only
+once the file has been converted (:mod:`bench.fetch`): a mirror that serves an error page instead of
+the file leaves no record behind, and its download is deleted.
+
+Time limits (module constants, each overridable by an environment variable read at every download;
+tests set tiny values): :data:`STALL_SECONDS` bounds every wait for the server (connecting, the
+headers, each read of the body), and :data:`DEADLINE_SECONDS` bounds one file's download in one
+fetch, retries included, however the server trickles its bytes: at the deadline the connection is
+shut down even inside a blocking read. A transfer cut by either keeps its ``.part`` file, and the
+error line says to fetch again, which resumes.
+
+Sources: only ``http://`` and ``https://`` URLs are fetched, and a redirect is followed only to the
+same host (its name as written in the URL, compared case-insensitively; the port is not part of it,
+so ``http://example.org`` to ``https://example.org`` is followed, ``127.0.0.1`` to ``localhost`` is
+not). ``BDL_BENCH_FETCH_ANY_SOURCE=1`` (:data:`ANY_SOURCE_ENV`) allows other schemes (``file://``,
+``ftp://``) and redirects to other hosts; checksums are checked all the same.
 """
 
 from __future__ import annotations
 
 import errno
 import http.client
+import math
 import os
+import re
 import shutil
+import socket
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.errors import BenchError, DamagedFile
 from bench.io import atomic_write_bytes, json_bytes, read_json, sha256_file
 
 CACHE_ENV = "BDL_BENCH_CACHE"
 """Environment variable naming the cache folder (``--cache`` on the command line overrides it)."""
 
 CHUNK_BYTES = 1 << 20
-TIMEOUT_SECONDS = 60
+"""The most bytes read from the connection at once (a read returns what has arrived, up to this)."""
+
+STALL_SECONDS = 60.0
+"""The longest wait for the server: to connect, for its headers, for the next bytes of a file. A silent
+server ends the attempt (retried, resuming). ``$BDL_BENCH_FETCH_STALL_SECONDS`` overrides it."""
+
+STALL_ENV = "BDL_BENCH_FETCH_STALL_SECONDS"
+
+DEADLINE_SECONDS = 4 * 3600.0
+"""The most one file's download may take in one fetch, every attempt included: a server that sends a byte
+just before each stall timeout cannot hold a fetch longer. Generous (CIFAR-10's training inputs are a
+text file of several GiB); the bytes received are kept and the next fetch resumes. ``$BDL_BENCH_FETCH_DEADLINE_SECONDS``
+overrides it."""
+
+DEADLINE_ENV = "BDL_BENCH_FETCH_DEADLINE_SECONDS"
+
+ANY_SOURCE_ENV = "BDL_BENCH_FETCH_ANY_SOURCE"
+"""Set to 1 to fetch from URLs other than http(s) (``file://``, ``ftp://``) and follow redirects to other hosts."""
+
 RETRIES = 3
 """Attempts per file after an interrupted transfer or a server error, each resuming where the last stopped."""
 
 RETRY_PAUSE_SECONDS = 1.0
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class FetchError(BenchError):
@@ -55,30 +95,131 @@ def resolve_cache(cache: Path | str | None) -> Path:
     return Path(cache).expanduser() if cache else default_cache()
 
 
+def _seconds(env: str, default: float) -> float:
+    """``$env`` as a positive number of seconds, else ``default``; one line if it is set to anything else."""
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise FetchError(f"${env}={raw!r} is not a positive number of seconds; unset it or give one")
+    return value
+
+
+def stall_seconds() -> float:
+    """:data:`STALL_SECONDS`, or ``$BDL_BENCH_FETCH_STALL_SECONDS``."""
+    return _seconds(STALL_ENV, STALL_SECONDS)
+
+
+def deadline_seconds() -> float:
+    """:data:`DEADLINE_SECONDS`, or ``$BDL_BENCH_FETCH_DEADLINE_SECONDS``."""
+    return _seconds(DEADLINE_ENV, DEADLINE_SECONDS)
+
+
+def any_source_allowed() -> bool:
+    return os.environ.get(ANY_SOURCE_ENV, "").strip() not in ("", "0")
+
+
+def check_source(url: str) -> None:
+    """Refuses (one line) a URL that is not http(s), unless :data:`ANY_SOURCE_ENV` allows it."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https") and not any_source_allowed():
+        raise FetchError(f"{url}: only http:// and https:// sources are fetched from, not {scheme or 'a path'}; "
+                         f"give an http(s) mirror, or set {ANY_SOURCE_ENV}=1 to allow it")
+
+
+def _check_redirect(url: str, target: str) -> None:
+    """Refuses (one line) a redirect from ``url`` to another host or to a scheme other than http(s)."""
+    if any_source_allowed():
+        return
+    check_source(target)
+    here, there = urllib.parse.urlsplit(url).hostname, urllib.parse.urlsplit(target).hostname
+    if here != there:
+        raise FetchError(f"{url} redirects to {target}, on another host ({there}); refused, a mirror must serve "
+                         f"its files itself: give the final location as the mirror, or set {ANY_SOURCE_ENV}=1 "
+                         "to follow redirects to other hosts")
+
+
 @dataclass(frozen=True)
 class Downloaded:
-    """A verified file: its path, sha256, and how the sha256 was trusted (``official`` or ``first use``)."""
+    """A verified file: its path, sha256, and how the sha256 was trusted (``official`` or ``first use``).
+
+    ``unconfirmed``: trusted on first use with no record yet; the fetch records its sha256 only once the
+    file has been converted, and deletes the file if its content is refused."""
 
     path: Path
     sha256: str
     trust: str
+    unconfirmed: bool = False
+
+
+TRUST_STORE = "checksums.json"
 
 
 class TrustStore:
-    """The cache's record of sha256 values first seen for files with no official checksum."""
+    """The cache's record of sha256 values first seen for files with no official checksum:
+    ``{url: {"sha256": ..., "first_seen": ...}}``."""
 
     def __init__(self, cache: Path):
-        self.path = cache / "checksums.json"
+        self.path = cache / TRUST_STORE
 
-    def read(self) -> dict:
+    def read(self, repair: str | None = None) -> dict:
+        """The records; one :class:`DamagedFile` line naming the file and ``repair`` if it cannot be read."""
         if not self.path.exists():
             return {}
-        return read_json(self.path, "record of checksums trusted on first use", "delete it to start afresh")
+        repair = repair or ("rebuild it with `python -m bench fetch --task TASK --force` for a task you "
+                            "fetched (the checksums are restored from the fetched tasks' manifests)")
+        records = read_json(self.path, "record of checksums trusted on first use", repair)
+        for key, entry in records.items():
+            if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                    and _SHA256.fullmatch(entry["sha256"])):
+                raise DamagedFile(f"{self.path}: the record of checksums trusted on first use is damaged (the "
+                                  f"entry of {key} has no sha256); {repair}")
+        return records
+
+    def _write(self, records: dict) -> None:
+        guard_os(lambda: atomic_write_bytes(self.path, json_bytes(records)), self.path.parent)
 
     def record(self, key: str, sha256: str) -> None:
+        self.record_all({key: sha256})
+
+    def record_all(self, checksums: dict[str, str]) -> None:
+        """Adds first-use records (a key already recorded with the same sha256 keeps its first date)."""
         records = self.read()
-        records[key] = {"sha256": sha256, "first_seen": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        guard_os(lambda: atomic_write_bytes(self.path, json_bytes(records)), self.path.parent)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        changed = {k: v for k, v in checksums.items() if records.get(k, {}).get("sha256") != v}
+        if changed:
+            records.update({k: {"sha256": v, "first_seen": now} for k, v in changed.items()})
+            self._write(records)
+
+    def forget(self, keys) -> None:
+        records = self.read()
+        if any(key in records for key in keys):
+            self._write({k: v for k, v in records.items() if k not in keys})
+
+    def damaged(self) -> bool:
+        try:
+            self.read()
+        except DamagedFile:
+            return True
+        return False
+
+    def rebuild(self, records: dict) -> Path:
+        """Replaces a damaged store by ``records``; the damaged file is kept beside it as ``.damaged``."""
+        aside = self.path.with_name(self.path.name + ".damaged")
+
+        def move_aside():
+            if aside.is_dir() and not aside.is_symlink():
+                shutil.rmtree(aside)
+            else:
+                aside.unlink(missing_ok=True)
+            os.replace(self.path, aside)
+        guard_os(move_aside, self.path.parent)
+        self._write(records)
+        return aside
 
 
 def guard_os(action, where: Path):
@@ -95,9 +236,104 @@ def guard_os(action, where: Path):
         raise
 
 
-def _open(url: str, start: int):
+class _Deadline:
+    """One file's deadline: when it passes, every connection opened for the file is shut down, which ends a
+    read blocked inside the socket (a server trickling bytes never lets the stall timeout fire)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        # A duplicate of the descriptor: shutting it down ends the connection even after TLS has wrapped
+        # (and detached) the original socket object.
+        watched = sock.dup()
+        with self._lock:
+            self._sockets.append(watched)
+            expired = self.expired
+        if expired:
+            _shutdown(watched)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed by the other side
+        pass
+
+
+class _DeadlinePassed(Exception):
+    """Raised inside a transfer cut by its deadline (turned into one FetchError line by the retry loop)."""
+
+
+def _watched(connection_class, deadline: _Deadline):
+    """A factory of ``connection_class`` connections whose sockets ``deadline`` can shut down."""
+    def connect(host, **kwargs):
+        connection = connection_class(host, **kwargs)
+        create = connection._create_connection
+        connection._create_connection = lambda *args, **kw: deadline.watch(create(*args, **kw))
+        return connection
+    return connect
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(_watched(http.client.HTTPConnection, self._deadline), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(_watched(http.client.HTTPSConnection, self._deadline), req, context=self._context)
+
+
+class _RedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows redirects within the same host only (see the module's docstring)."""
+
+    def http_error_302(self, req, fp, code, msg, headers):
+        location = headers.get("location") or headers.get("uri")
+        if location:
+            try:
+                _check_redirect(req.full_url, urllib.parse.urljoin(req.full_url, location.strip()))
+            except FetchError:
+                fp.close()
+                raise
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+def _open(url: str, start: int, deadline: _Deadline):
     request = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
-    return urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS)
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline), _RedirectHandler())
+    return opener.open(request, timeout=stall_seconds())
 
 
 def _total_size(response, start: int) -> int | None:
@@ -109,11 +345,11 @@ def _total_size(response, start: int) -> int | None:
     return int(length) if length and length.isdigit() else None
 
 
-def _transfer(url: str, part: Path, progress) -> None:
+def _transfer(url: str, part: Path, progress, deadline: _Deadline) -> None:
     """One attempt: appends the rest of ``url`` to ``part`` (or restarts it); raises on a short transfer."""
     start = part.stat().st_size if part.exists() else 0
     try:
-        response = _open(url, start)
+        response = _open(url, start, deadline)
     except urllib.error.HTTPError as error:
         if error.code == 416 and start:  # asked past the end: the partial file is suspect, start over
             part.unlink()
@@ -130,14 +366,20 @@ def _transfer(url: str, part: Path, progress) -> None:
                 raise FetchError(f"{url} needs {needed / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB is free "
                                  f"in {part.parent}; choose another cache folder with --cache or ${CACHE_ENV}")
         bar = progress(total=total, initial=start, desc=part.name.removesuffix(".part"))
+        # read1: returns after one read from the connection, so the deadline is checked as bytes arrive.
+        read = getattr(response, "read1", response.read)
         try:
             with open(part, "ab" if start else "wb") as f:
-                for chunk in iter(lambda: response.read(CHUNK_BYTES), b""):
+                for chunk in iter(lambda: read(CHUNK_BYTES), b""):
                     f.write(chunk)
                     bar.update(len(chunk))
+                    if deadline.expired:
+                        raise _DeadlinePassed()
         finally:
             bar.close()
     size = part.stat().st_size
+    if deadline.expired and (total is None or size != total):  # shut down: what looks like the end is not
+        raise _DeadlinePassed()
     if total is not None and size != total:
         raise ConnectionError(f"transfer ended at {size} of {total} bytes")
 
@@ -150,52 +392,80 @@ def _no_progress(**_kwargs):
 
 
 def download(url: str, target: Path, expected_sha256: str | None, trust: TrustStore, trust_key: str,
-             progress=None, retries: int = RETRIES) -> Downloaded:
+             progress=None, retries: int | None = None, fresh: bool = False) -> Downloaded:
     """Downloads ``url`` to ``target`` (resuming a previous ``.part``), verifies it and returns it.
 
-    ``expected_sha256`` is the official value, or None to use (and on first success, record) the
-    trust store's value under ``trust_key``. An existing ``target`` is re-verified rather than
-    downloaded again. Raises :class:`FetchError` with one line; a checksum mismatch deletes the file.
+    ``expected_sha256`` is the official value, or None to use the trust store's value under
+    ``trust_key``; with no record either, the file is returned ``unconfirmed`` and the caller records
+    its sha256 (:meth:`TrustStore.record_all`) once the file has proved to be what it should (converted).
+    An existing ``target`` is re-verified rather than downloaded again, unless ``fresh``: then it and any
+    ``.part`` are deleted first and the file is downloaded anew. ``retries``: default :data:`RETRIES`.
+    Raises :class:`FetchError` with one line; a checksum mismatch deletes the file.
     """
+    check_source(url)
     progress = progress or _no_progress
+    retries = RETRIES if retries is None else retries
     known = expected_sha256 or trust.read().get(trust_key, {}).get("sha256")
-    source = "the official checksum" if expected_sha256 else f"the checksum recorded at first download in {trust.path}"
+    source = ("the official checksum" if expected_sha256
+              else f"the checksum recorded at first download in {trust.path} for {trust_key}")
     guard_os(lambda: target.parent.mkdir(parents=True, exist_ok=True), target.parent)
     part = target.with_name(target.name + ".part")
+    if fresh:
+        guard_os(lambda: (target.unlink(missing_ok=True), part.unlink(missing_ok=True)), target.parent)
     if target.exists():
-        actual = _verified_sha256(target, known, url, source)
+        actual = _verified_sha256(target, known, url, source, expected_sha256 is None)
     else:
         _download_part(url, part, target.parent, progress, retries)
-        actual = _verified_sha256(part, known, url, source)
+        actual = _verified_sha256(part, known, url, source, expected_sha256 is None)
         guard_os(lambda: os.replace(part, target), target.parent)
-    if known is None:
-        trust.record(trust_key, actual)
-    return Downloaded(target, actual, "official" if expected_sha256 else "first use")
+    return Downloaded(target, actual, "official" if expected_sha256 else "first use", unconfirmed=known is None)
 
 
 def _download_part(url: str, part: Path, folder: Path, progress, retries: int) -> None:
-    for attempt in range(retries + 1):
-        try:
-            guard_os(lambda: _transfer(url, part, progress), folder)
-            return
-        except urllib.error.HTTPError as error:
-            reason = f"the server answered {error.code} {error.reason}"
-            if error.code < 500:
-                raise FetchError(f"cannot download {url}: {reason}") from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
-            reason = getattr(error, "reason", None) or str(error) or type(error).__name__
-        if attempt < retries:
-            time.sleep(RETRY_PAUSE_SECONDS)
-    kept = (f"; the {part.stat().st_size} bytes received are kept in {part} and the next fetch resumes "
-            "from there") if part.exists() and part.stat().st_size else ""
-    raise FetchError(f"cannot download {url}: {reason} (after {retries + 1} attempts){kept}")
+    deadline = _Deadline(deadline_seconds())
+    try:
+        for attempt in range(retries + 1):
+            stalled = False
+            try:
+                guard_os(lambda: _transfer(url, part, progress, deadline), folder)
+                return
+            except _DeadlinePassed:
+                pass
+            except urllib.error.HTTPError as error:
+                reason = f"the server answered {error.code} {error.reason}"
+                if error.code < 500 and not deadline.expired:
+                    raise FetchError(f"cannot download {url}: {reason}") from None
+            except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+                cause = getattr(error, "reason", error)
+                stalled = isinstance(cause, (TimeoutError, socket.timeout))
+                if stalled:
+                    reason = f"the server sent nothing for {stall_seconds():g} s"
+                else:
+                    reason = str(getattr(error, "reason", None) or error) or type(error).__name__
+            if deadline.expired:
+                raise FetchError(f"cannot download {url}: not complete within the deadline of {deadline.seconds:g} s "
+                                 f"(${DEADLINE_ENV}){_kept(part) or '; run the fetch again later'}") from None
+            if attempt < retries:
+                time.sleep(RETRY_PAUSE_SECONDS)
+    finally:
+        deadline.close()
+    again = "; run the fetch again later" if stalled else ""
+    raise FetchError(f"cannot download {url}: {reason} (after {retries + 1} attempts){_kept(part) or again}")
 
 
-def _verified_sha256(path: Path, known: str | None, url: str, source: str) -> str:
+def _kept(part: Path) -> str:
+    size = part.stat().st_size if part.exists() else 0
+    return f"; the {size} bytes received are kept in {part}: run the fetch again and it resumes from there" if size \
+        else ""
+
+
+def _verified_sha256(path: Path, known: str | None, url: str, source: str, first_use: bool) -> str:
     """``path``'s sha256; deletes the file and raises if it is not ``known`` (None: nothing to compare with yet)."""
     actual = sha256_file(path)
     if known is not None and actual != known:
         path.unlink()
-        raise FetchError(f"{url}: sha256 {actual[:16]}... does not match {source} {known[:16]}...; "
-                         "the file was deleted, run fetch again")
+        advice = ("fetch from the source first trusted, or, if the file changed upstream on purpose, delete its "
+                  "entry from that record" if first_use else "run the fetch again, from another mirror if it recurs")
+        raise FetchError(f"{url}: sha256 {actual[:16]}... does not match {source} ({known[:16]}...); "
+                         f"the file was deleted; {advice}")
     return actual

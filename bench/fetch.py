@@ -8,6 +8,15 @@ folder into place. A fetch that fails at any step leaves the previous state of t
 untouched and removes its staging folder, so a task folder with a manifest is always complete.
 The downloaded originals are deleted after conversion unless ``keep_downloads`` is set (the
 CIFAR-10 text files alone take 4.4 GiB).
+
+The cache heals: checksums trusted on first use are recorded only after the task's files converted,
+and a downloaded file whose content the conversion refused (an error page from a mirror) is deleted,
+so the next fetch, from a good mirror, starts clean. ``force`` downloads every file again (no kept
+download or partial file is reused) and drops this task's first-use records that no fetched task's
+manifest confirms. A fetch (forced or not) replaces a damaged manifest, and a damaged record of
+first-use checksums is moved aside (``checksums.json.damaged``) and rebuilt from the checksums in the
+intact manifests of the fetched tasks. A task is "already fetched" only if its manifest is intact,
+every cached array matches it, and its checksums agree with the official ones or the first-use records.
 """
 
 from __future__ import annotations
@@ -20,12 +29,12 @@ from pathlib import Path
 import numpy as np
 
 import bench
-from bench.download import Downloaded, TrustStore, guard_os, download, resolve_cache
+from bench.download import Downloaded, TrustStore, check_source, guard_os, download, resolve_cache
 from bench.errors import DamagedFile
 from bench.formats import FormatError, npz_array, text_to_npy
 from bench.io import atomic_write_bytes, json_bytes, sha256_file
 from bench.tasks.competition import (DATA_URL, MANIFEST, REFERENCE_ARRAY, REFERENCE_URL, SPECS, read_manifest,
-                                     task_folder)
+                                     task_folder, verify_cached_files)
 from reference.official import official_checksums, parse_reference
 
 
@@ -52,20 +61,58 @@ def _check_sizes(name: str, arrays: dict, reference_rows: int) -> None:
 
 
 def cached_manifest(name: str, cache: Path | str | None = None) -> dict | None:
-    """The task's manifest if its cached arrays are complete and unchanged (every sha256 recomputed), else None."""
-    folder = task_folder(name, cache)
+    """The task's manifest if its cached arrays are complete and unchanged (every sha256 recomputed) and its
+    checksums are still those trusted (official, or recorded at first use), else None."""
     try:
         manifest = read_manifest(name, cache)
+        if manifest is None or manifest.get("version") != SPECS[name].version:
+            return None
+        verify_cached_files(name, cache, manifest, reference=True)
+        official = official_checksums()
+        records = TrustStore(resolve_cache(cache)).read()
     except DamagedFile:  # fetching again repairs it
         return None
-    if manifest is None or manifest.get("version") != SPECS[name].version:
-        return None
-    expected = {f"{array}.npy": entry["sha256"] for array, entry in manifest["arrays"].items()}
-    expected[manifest["reference"]["array"]] = manifest["reference"]["array_sha256"]
-    for file, sha256 in expected.items():
-        if not (folder / file).exists() or sha256_file(folder / file) != sha256:
+    for url, entry in manifest["files"].items():
+        trusted = official.get(url) or records.get(url, {}).get("sha256")
+        if trusted is not None and trusted != entry["sha256"]:
             return None
     return manifest
+
+
+def _confirmed_checksums(cache: Path) -> dict[str, dict]:
+    """First-use records as the intact manifests of the fetched tasks hold them: ``{url: record}``."""
+    confirmed = {}
+    for name in SPECS:
+        try:
+            manifest = read_manifest(name, cache)
+        except DamagedFile:
+            continue
+        if manifest is None or manifest["version"] != SPECS[name].version:
+            continue
+        for url, entry in manifest["files"].items():
+            if entry["trust"] == "first use":
+                confirmed[url] = {"sha256": entry["sha256"], "first_seen": manifest.get("fetched_at"),
+                                  "restored_from": str(task_folder(name, cache) / MANIFEST)}
+    return confirmed
+
+
+def _heal_trust_store(trust: TrustStore, cache: Path, name: str, force: bool) -> None:
+    """Rebuilds a damaged trust store from the manifests. Without ``force``, restores the records missing
+    for the fetched tasks' files (a deleted store); with ``force``, forgets this task's first-use records
+    that no manifest confirms (left by a fetch that failed before conversion, or by older versions)."""
+    if trust.damaged():
+        trust.rebuild(_confirmed_checksums(cache))
+    if not force:
+        records = trust.read()
+        missing = {url: r["sha256"] for url, r in _confirmed_checksums(cache).items() if url not in records}
+        if missing:
+            trust.record_all(missing)
+    else:
+        confirmed, records = _confirmed_checksums(cache), trust.read()
+        urls = [remote.official_url for remote in SPECS[name].remotes()]
+        unconfirmed = [url for url in urls
+                       if url in records and confirmed.get(url, {}).get("sha256") != records[url]["sha256"]]
+        trust.forget(unconfirmed)
 
 
 def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_URL,
@@ -74,24 +121,29 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
     """Downloads, verifies and converts competition task ``name`` into the cache.
 
     Returns the task's manifest and whether anything was downloaded: a task already in the cache
-    whose arrays all still match their checksums is not downloaded again (unless ``force``). ``data_url`` and ``reference_url`` replace the official locations (a
-    mirror); checksums are always those of the official files. Raises :class:`FetchError` (or
-    FormatError) with one line.
+    whose arrays all still match their checksums is not downloaded again (unless ``force``, which
+    downloads every file anew). ``data_url`` and ``reference_url`` replace the official locations (a
+    mirror: http or https, see :mod:`bench.download`); checksums are always those of the official files.
+    Raises :class:`FetchError` (or FormatError) with one line.
     """
     spec = SPECS[name]
+    check_source(data_url)
+    check_source(reference_url)
+    trust = TrustStore(resolve_cache(cache))
+    _heal_trust_store(trust, resolve_cache(cache), name, force)
     if not force:
         existing = cached_manifest(name, cache)
         if existing is not None:
             return existing, False
     cache = resolve_cache(cache)
-    trust = TrustStore(cache)
     checksums = official_checksums()
     downloads = cache / "downloads"
     fetched: dict = {}
     for remote in spec.remotes():
         base = data_url if remote.base == "data" else reference_url
         fetched[remote] = download(base + remote.path, downloads / remote.file_name,
-                                   checksums.get(remote.official_url), trust, remote.official_url, progress)
+                                   checksums.get(remote.official_url), trust, remote.official_url, progress,
+                                   fresh=force)
 
     final = task_folder(name, cache)
     guard_os(lambda: final.parent.mkdir(parents=True, exist_ok=True), final.parent)
@@ -120,6 +172,18 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
         }
         guard_os(lambda: atomic_write_bytes(staging / MANIFEST, json_bytes(manifest)), staging)
         _install(staging, final)
+        # Trust on first use: recorded only now, when every file has converted into the installed task.
+        trust.record_all({remote.official_url: d.sha256 for remote, d in fetched.items() if d.unconfirmed})
+    except FormatError as error:
+        # The content was refused (an error page, another file): a download trusted on first use must not be
+        # reused, nor its record (one left by a version that recorded before converting) keep refusing the
+        # genuine file. Officially checksummed files are genuine and kept.
+        first_use = [(remote, d) for remote, d in fetched.items() if d.trust == "first use"]
+        for _, downloaded in first_use:
+            downloaded.path.unlink(missing_ok=True)
+        trust.forget([remote.official_url for remote, d in first_use if not d.unconfirmed])
+        deleted = "; the downloads trusted on first use were deleted, fetch again (from another mirror if it recurs)"
+        raise FormatError(f"{error}{deleted if first_use else ''}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if not keep_downloads:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.download import TrustStore
-from bench.io import read_json, sha256_file
-from bench.errors import ReferenceMismatch
+from bench.download import TrustStore, default_cache
+from bench.io import read_json
+from bench.errors import DamagedFile, ReferenceMismatch
 from bench.formats import FormatError, read_text_matrix
 from bench.tasks import PREDICTIVE_SAMPLES, Task
-from bench.tasks.competition import read_manifest
+from bench.tasks.competition import cached_sha256, fetch_hint, read_manifest, repair_hint
 from reference.store import Reference
 
 OFFICIAL_CHECKSUMS_FILE = Path(__file__).parent / "official_checksums.json"
@@ -64,14 +64,25 @@ def load_official_reference(task: Task) -> Reference:
     """
     cache = task.data_folder.parents[1]
     entry = read_manifest(task.name, cache)["reference"]
-    refetch = f"run `python -m bench fetch --task {task.name}` again"
-    expected = official_checksums().get(entry["url"]) or TrustStore(cache).read().get(entry["url"], {}).get("sha256")
+    refetch = repair_hint(task.name, cache)
+    expected = official_checksums().get(entry["url"])
+    if expected is None:
+        trust = TrustStore(cache)
+        expected = trust.read(refetch).get(entry["url"], {}).get("sha256")
+        if expected is None:  # the record was deleted: a fetch restores it from the manifest
+            raise ReferenceMismatch(
+                f"reference unregistered: no checksum of the {task.name} reference is recorded in {trust.path}; "
+                f"{fetch_hint(task.name, None if cache == default_cache() else cache)}")
     if expected != entry["sha256"]:
         raise ReferenceMismatch(
             f"reference mismatch: the fetched {task.name} reference has sha256 {entry['sha256'][:16]}..., "
             f"expected {str(expected)[:16]}...; {refetch}")
     path = task.data_folder / entry["array"]
-    if not path.exists() or sha256_file(path) != entry["array_sha256"]:
+    try:
+        actual = cached_sha256(path, "reference array", refetch)
+    except DamagedFile:  # missing, or not a regular file
+        actual = None
+    if actual != entry["array_sha256"]:
         raise ReferenceMismatch(f"reference corrupted: {path} is missing or was changed after the fetch; {refetch}")
     array = np.load(path)
     expected_columns = task.n_classes if entry["key"] == "probs" else PREDICTIVE_SAMPLES

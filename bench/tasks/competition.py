@@ -11,13 +11,18 @@ CIFAR-10's notebook says 5, a slip for the paper's 1/5; IMDB's notebook and the 
 sqrt(1/40)) use 1/40, which we follow.
 
 A task's data are downloaded only by ``python -m bench fetch --task NAME`` (see :mod:`bench.fetch`)
-and converted once into ``.npy`` files in ``<cache>/tasks/NAME/``; here they are memory-mapped.
+and converted once into ``.npy`` files in ``<cache>/tasks/NAME/``; here they are memory-mapped, after
+their sha256 has been checked against the manifest's (:func:`verify_cached_files`; about 0.13 s per
+200 MB, once per process and file). A manifest or an array that is damaged or changed is refused with
+one line naming the file and ``python -m bench fetch --task NAME --force``, which repairs it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,8 +31,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.download import FetchError, resolve_cache
-from bench.io import read_json
+from bench.download import FetchError, default_cache, resolve_cache
+from bench.errors import DamagedFile
+from bench.io import HASH_CHUNK_BYTES, open_regular_file, read_json
 from bench.likelihoods import Categorical, HeteroscedasticGaussian, Likelihood
 from bench.tasks import models
 from bench.tasks.base import Task, TestBlock
@@ -226,19 +232,128 @@ def task_folder(name: str, cache: Path | str | None = None) -> Path:
     return resolve_cache(cache) / "tasks" / name
 
 
+TRUST_KINDS = ("official", "first use")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _cache_option(cache: Path | str | None) -> str:
+    """`` --cache X`` for a command line, unless ``cache`` is the default folder."""
+    if cache is None or resolve_cache(cache) == default_cache():
+        return ""
+    return f" --cache {cache}"
+
+
+def repair_hint(name: str, cache: Path | str | None = None) -> str:
+    """The command that downloads and converts task ``name`` again, replacing whatever is in its folder."""
+    return f"repair it with `python -m bench fetch --task {name}{_cache_option(cache)} --force`"
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_sha256(value) -> bool:
+    return isinstance(value, str) and _SHA256.fullmatch(value) is not None
+
+
+def _is_shape(value) -> bool:
+    return isinstance(value, list) and len(value) >= 1 and all(_is_count(n) for n in value)
+
+
+def manifest_problem(name: str, manifest: dict) -> str | None:
+    """What in ``manifest`` is not as the fetch writes it for the current version of task ``name``, or None.
+    A manifest of another version is only checked for its version (it is fetched again, not read)."""
+    spec = SPECS[name]
+    version = manifest.get("version")
+    if not _is_count(version):
+        return "no version number"
+    if version != spec.version:
+        return None
+    task = manifest.get("task")
+    if task != name:
+        return "no task name" if task is None else f"it is for task {task!r}"
+    arrays = manifest.get("arrays")
+    if not isinstance(arrays, dict) or set(arrays) != set(spec.arrays):
+        return "its arrays are not the task's"
+    for array, entry in arrays.items():
+        if not (isinstance(entry, dict) and _is_shape(entry.get("shape")) and _is_sha256(entry.get("sha256"))):
+            return f"the entry of {array} is malformed"
+    reference = manifest.get("reference")
+    if not (isinstance(reference, dict) and reference.get("url") == spec.reference.official_url
+            and reference.get("key") == spec.reference_key and reference.get("array") == REFERENCE_ARRAY
+            and _is_sha256(reference.get("sha256")) and _is_sha256(reference.get("array_sha256"))
+            and reference.get("trust") in TRUST_KINDS and _is_shape(reference.get("shape"))):
+        return "the entry of the reference is malformed"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or set(files) != {remote.official_url for remote in spec.remotes()}:
+        return "its downloaded files are not the task's"
+    for url, entry in files.items():
+        if not (isinstance(entry, dict) and _is_sha256(entry.get("sha256")) and entry.get("trust") in TRUST_KINDS
+                and _is_count(entry.get("bytes"))):
+            return f"the entry of {url} is malformed"
+    return None
+
+
 def read_manifest(name: str, cache: Path | str | None = None) -> dict | None:
-    """The fetched task's manifest (written last by the fetch), or None if the task is not fetched."""
+    """The fetched task's manifest (written last by the fetch), or None if the task is not fetched; one
+    :class:`DamagedFile` line naming it and the fetch that repairs it if it is not as the fetch wrote it."""
     path = task_folder(name, cache) / MANIFEST
     if not path.exists():
         return None
-    where = f" --cache {cache}" if cache else ""
-    return read_json(path, f"manifest of the fetched task {name}",
-                     f"repair it with `python -m bench fetch --task {name}{where} --force`")
+    what = f"manifest of the fetched task {name}"
+    manifest = read_json(path, what, repair_hint(name, cache))
+    problem = manifest_problem(name, manifest)
+    if problem:
+        raise DamagedFile(f"{path}: the {what} is damaged ({problem}); {repair_hint(name, cache)}")
+    return manifest
 
 
 def fetch_hint(name: str, cache: Path | str | None) -> str:
     where = f" --cache {cache}" if cache else ""
     return f"run `python -m bench fetch --task {name}{where}`"
+
+
+_VERIFIED: dict[tuple, str] = {}
+"""sha256 of the cached files this process has hashed, keyed by path and identity (device, inode, size,
+modification and change times): a file written since (in place or replaced) has another key and is
+hashed again. The change time cannot be set back by a program, so an edit cannot hide behind it."""
+
+
+def _identity(path: Path, st: os.stat_result) -> tuple:
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def cached_sha256(path: Path, what: str, repair: str) -> str:
+    """``path``'s sha256 (a regular file only: :func:`~bench.io.open_regular_file`), hashed once per process
+    while the file is unchanged."""
+    try:
+        known = _VERIFIED.get(_identity(path, os.stat(path)))
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: the {what} is missing; {repair}") from None
+    if known is not None:
+        return known
+    with open_regular_file(path, what, repair) as f:
+        key = _identity(path, os.fstat(f.fileno()))
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: f.read(HASH_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    _VERIFIED[key] = digest.hexdigest()
+    return _VERIFIED[key]
+
+
+def verify_cached_files(name: str, cache: Path | str | None, manifest: dict, reference: bool = False) -> None:
+    """Checks every cached array of task ``name`` (and the reference array if ``reference``) against the
+    sha256 the manifest recorded; one :class:`DamagedFile` line naming the file and the repairing fetch."""
+    folder, repair = task_folder(name, cache), repair_hint(name, cache)
+    expected = {f"{array}.npy": entry["sha256"] for array, entry in manifest["arrays"].items()}
+    if reference:
+        expected[manifest["reference"]["array"]] = manifest["reference"]["array_sha256"]
+    for file, sha256 in expected.items():
+        what = f"cached array {file} of task {name}"
+        actual = cached_sha256(folder / file, what, repair)
+        if actual != sha256:
+            raise DamagedFile(f"{folder / file}: the {what} changed after the fetch (sha256 {actual[:16]}..., the "
+                              f"manifest's {sha256[:16]}...); {repair}")
 
 
 def load_task(name: str, cache: Path | str | None = None) -> Task:
@@ -251,6 +366,7 @@ def load_task(name: str, cache: Path | str | None = None) -> Task:
     if manifest.get("version") != spec.version:
         raise FetchError(f"the cached data of {name} are for task version {manifest.get('version')}, "
                          f"this is version {spec.version}; {fetch_hint(name, cache)}")
+    verify_cached_files(name, cache, manifest)
     arrays = {}
     for array in ARRAY_FILES:
         if array in spec.arrays:

@@ -45,10 +45,13 @@ def test_clean_download_with_official_checksum(served, tmp_path):
     assert TrustStore(tmp_path / "cache").read() == {}, "an official checksum is not recorded as first use"
 
 
-def test_first_download_records_its_checksum_and_later_ones_must_match(served, tmp_path):
+def test_first_download_is_unconfirmed_until_recorded_and_later_ones_must_match(served, tmp_path):
     target, got = fetch(served, tmp_path)
-    assert got.trust == "first use"
+    assert got.trust == "first use" and got.unconfirmed
+    assert TrustStore(tmp_path / "cache").read() == {}, "download records nothing: the fetch does, after conversion"
+    TrustStore(tmp_path / "cache").record_all({"key": got.sha256})
     assert TrustStore(tmp_path / "cache").read()["key"]["sha256"] == sha(DATA)
+    assert not fetch(served, tmp_path)[1].unconfirmed, "the file is re-verified against its record"
     target.unlink()
     served.files[PATH] = DATA[:-1] + b"x"  # the file changed upstream (or a mirror serves another one)
     with pytest.raises(FetchError, match="recorded at first download"):
