@@ -421,7 +421,7 @@ def _cmd_leaderboard(args) -> int:
     from leaderboard.store import Store, default_db_path
     from bench.io import atomic_write_bytes
 
-    with Store(args.db or default_db_path(), must_exist=True) as store:
+    with Store(args.db or default_db_path(), read_only=True) as store:  # never writes, never waits long
         rows = store.runs(task=args.task, budget=args.budget)
     if not rows:
         chosen = " ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"

@@ -12,6 +12,7 @@ mean 1-D Wasserstein-2 distance to the reference's predictive (lower is better).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,15 +135,20 @@ CHANGED_NETWORK_MARK = "\u2020"
 """Follows the label of an entry that changed the task's network (a footnote says how)."""
 
 
-def entry_label(track: Track, entry: Entry) -> str:
+def entry_label(track: Track, entry: Entry, quote: Callable[[str], str] = str) -> str:
     """The method name, with a short config hash where the track holds several configurations of it, and
-    :data:`CHANGED_NETWORK_MARK` where it changed the task's network."""
+    :data:`CHANGED_NETWORK_MARK` where it changed the task's network.
+
+    ``quote`` escapes the stored (submitter's) text for the output format; the label's own brackets and mark
+    are added after it, so they keep their meaning."""
     same_method = [e for e in track.entries if e.method == entry.method]
-    label = entry.method if len(same_method) == 1 else f"{entry.method} [{entry.config_hash[:8]}]"
+    method = quote(entry.method)
+    label = method if len(same_method) == 1 else f"{method} [{quote(entry.config_hash[:8])}]"
     return label if entry.architecture_change is None else f"{label} {CHANGED_NETWORK_MARK}"
 
 
-def changed_network_notes(track: Track) -> list[str]:
-    """One footnote per entry of ``track`` that changed the task's network."""
-    return [f"{CHANGED_NETWORK_MARK} {entry_label(track, e)[:-2]}: {e.architecture_change}; a changed network "
-            "approximates another posterior than the reference's" for e in track.entries if e.architecture_change]
+def changed_network_notes(track: Track, quote: Callable[[str], str] = str) -> list[str]:
+    """One footnote per entry of ``track`` that changed the task's network (``quote``: as for :func:`entry_label`)."""
+    return [f"{CHANGED_NETWORK_MARK} {entry_label(track, e, quote)[:-2]}: {quote(e.architecture_change)}; a changed "
+            "network approximates another posterior than the reference's" for e in track.entries
+            if e.architecture_change]

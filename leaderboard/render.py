@@ -4,6 +4,10 @@ Every format shows, per track (task at a budget), the ranked method configuratio
 standard deviation over seeds of every metric, the seed count, the reference's noise floor as the
 ceiling row, and the cost: epochs used and wall-clock seconds (means over seeds). An entry that changed
 the task's network (MC dropout) is marked and footnoted, and carries ``architecture_change`` in CSV and JSON.
+
+Stored text (method and task names, submitters, devices, notes, config hashes) came from submitters, so every
+format escapes it for its reader: :func:`csv_text` for spreadsheets, :func:`md_text` for Markdown,
+:func:`html.escape` (tabulate's ``html`` format, :mod:`leaderboard.svg`) for the page; JSON escapes by itself.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import numbers
+from collections.abc import Callable
 from html import escape
 
 from tabulate import tabulate
@@ -33,6 +39,51 @@ from leaderboard.store import RunRow
 FORMATS = ("md", "html", "csv", "json")
 FLOOR_ROW = "HMC noise floor"
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet runs a text cell that starts with one of these as a formula (OWASP, "CSV Injection")."""
+
+
+def csv_text(text: str) -> str:
+    """Text for a spreadsheet cell: text a spreadsheet would run as a formula (it starts with one of
+    :data:`FORMULA_STARTS`) gets a leading ``'``, as the OWASP CSV-injection guidance recommends; the writer
+    also quotes every text cell, so a separator or a quote inside it cannot start another cell."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def _csv_cell(value):
+    """Numbers stay numbers, whatever their sign (decided by type, not by text); None is an empty cell; anything
+    else is text and goes through :func:`csv_text`."""
+    if value is None:
+        return ""
+    if isinstance(value, numbers.Real):
+        return value
+    return csv_text(str(value))
+
+
+def _csv_number(value: float) -> int | float:
+    """A whole number as an integer (budget 10, not 10.0), so that it reads as it is shown elsewhere."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+_MARKDOWN_ESCAPES = str.maketrans({
+    "\\": "\\\\", "|": "\\|", "`": "\\`", "[": "\\[", "]": "\\]", "$": "\\$",
+    "&": "&amp;", "<": "&lt;", ">": "&gt;",
+})
+
+
+def md_text(text: str) -> str:
+    """Text for a Markdown table cell, heading or paragraph that shows as written and cannot change the document.
+
+    Every character that is not printable (line breaks of every kind, tabs, terminal escapes, bidirectional
+    overrides) becomes a space, so the text stays on its line and the table keeps its rows. ``|`` is escaped
+    (no column is added), and so is the backslash, so that text cannot undo an escape; backticks (a code
+    span could swallow a column separator), brackets (links, images that load a URL) and ``$`` (math) are
+    escaped; ``&``, ``<`` and ``>`` become entities, so no HTML passes. Emphasis characters (``*``, ``_``,
+    ``~``) are left alone: they can change the typeface, not the table.
+    """
+    printable = "".join(ch if ch.isprintable() else " " for ch in str(text))
+    return printable.translate(_MARKDOWN_ESCAPES)
+
 
 def _mean_std_text(values: list[float]) -> str:
     mean, std = mean_std(values)
@@ -49,34 +100,37 @@ def _explanation(kind: str) -> str:
             "from disjoint halves of the chains compared with each other")
 
 
-def _display_rows(track: Track) -> list[dict]:
+def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
+    """The table of ``track``; ``quote`` escapes every stored text (names, devices, submitters) for the format."""
     names = track.metric_names
     floor = {"rank": "", "method": FLOOR_ROW, "seeds": "",
-             **{m: ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
+             **{quote(m): ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
              "epochs used": "", "verified": "", "wall s": "", "device": "", "submitted by": ""}
     rows = [floor]
     for rank, entry in enumerate(track.entries, start=1):
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
-        rows.append({"rank": rank, "method": entry_label(track, entry), "seeds": len(entry.seeds),
-                     **{m: _mean_std_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
+        rows.append({"rank": rank, "method": entry_label(track, entry, quote), "seeds": len(entry.seeds),
+                     **{quote(m): _mean_std_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
                      "verified": f"{entry.verified}/{len(entry.seeds)}",
                      "wall s": "" if wall is None else f"{wall:.1f}",
-                     "device": ", ".join(sorted(entry.devices)),
-                     "submitted by": ", ".join(sorted(entry.submitters))})
+                     "device": ", ".join(quote(d) for d in sorted(entry.devices)),
+                     "submitted by": ", ".join(quote(s) for s in sorted(entry.submitters))})
     return rows
 
 
-def _heading(track: Track) -> str:
-    return f"{track.task} v{track.task_version}, budget {track.budget:g} epochs"
+def _heading(track: Track, quote: Callable[[str], str] = str) -> str:
+    return f"{quote(track.task)} v{track.task_version}, budget {track.budget:g} epochs"
 
 
 def markdown(all_tracks: list[Track]) -> str:
+    """Every stored text goes through :func:`md_text`: a name cannot add a column, a row or HTML."""
     parts = []
     for track in all_tracks:
-        parts.append(f"## {_heading(track)}\n\n{_explanation(track.kind)}.\n")
-        parts.append(tabulate(_display_rows(track), headers="keys", tablefmt="github", disable_numparse=True) + "\n")
-        parts.extend(escape(note) + "\n" for note in changed_network_notes(track))
+        parts.append(f"## {_heading(track, md_text)}\n\n{_explanation(track.kind)}.\n")
+        parts.append(tabulate(_display_rows(track, md_text), headers="keys", tablefmt="github",
+                              disable_numparse=True) + "\n")
+        parts.extend(note + "\n" for note in changed_network_notes(track, md_text))
     return "\n".join(parts)
 
 
@@ -104,24 +158,32 @@ def as_json(all_tracks: list[Track]) -> str:
 
 
 def as_csv(all_tracks: list[Track]) -> str:
-    """One line per entry and one noise-floor line per track; ``<metric>_mean`` / ``<metric>_std`` columns."""
+    """One line per entry and one noise-floor line per track; ``<metric>_mean`` / ``<metric>_std`` columns.
+
+    Safe to open in a spreadsheet: numbers are written as numbers (unquoted), every text cell is quoted and goes
+    through :func:`csv_text` (each element of a ``;``-joined list too), so no stored text runs as a formula."""
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
     header = ["task", "task_version", "budget", "rank", "method", "config_hash", "architecture_change", "seeds",
               *[f"{m}_{stat}" for m in names for stat in ("mean", "std")],
               "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices", "submitters"]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
-    writer.writeheader()
+    csv.writer(buffer, lineterminator="\n").writerow([csv_text(name) for name in header])
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC, restval="")
+
+    def write(cells: dict) -> None:
+        writer.writerow({name: _csv_cell(value) for name, value in cells.items()})
+
     for t in all_tracks:
-        track_cells = {"task": t.task, "task_version": t.task_version, "budget": f"{t.budget:g}"}
-        writer.writerow({**track_cells, "method": FLOOR_ROW, **{f"{m}_mean": t.floor(m) for m in t.metric_names}})
+        track_cells = {"task": t.task, "task_version": t.task_version, "budget": _csv_number(t.budget)}
+        write({**track_cells, "method": FLOOR_ROW, **{f"{m}_mean": t.floor(m) for m in t.metric_names}})
         for rank, e in enumerate(t.entries, start=1):
             cells = {f"{m}_{stat}": value for m in e.metrics for stat, value in zip(("mean", "std"), e.summary(m))}
-            writer.writerow({**track_cells, "rank": rank, "method": e.method, "config_hash": e.config_hash,
-                             "architecture_change": e.architecture_change, "seeds": len(e.seeds), **cells, "epochs_used_mean": _optional_mean(e.epochs_used),
-                             "verified_seeds": e.verified,
-                             "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": ";".join(sorted(e.devices)),
-                             "submitters": ";".join(sorted(e.submitters))})
+            write({**track_cells, "rank": rank, "method": e.method, "config_hash": e.config_hash,
+                   "architecture_change": e.architecture_change, "seeds": len(e.seeds), **cells,
+                   "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
+                   "wall_seconds_mean": _optional_mean(e.wall_seconds),
+                   "devices": ";".join(csv_text(d) for d in sorted(e.devices)),
+                   "submitters": ";".join(csv_text(s) for s in sorted(e.submitters))})
     return buffer.getvalue()
 
 

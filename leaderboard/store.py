@@ -9,12 +9,22 @@ Writers use ``BEGIN IMMEDIATE`` (the write lock is taken before anything is read
 submitters never both decide a row is missing) in write-ahead-log mode with a busy timeout, so
 concurrent submitters queue instead of failing or corrupting the file.
 
+Readers (``Store(path, read_only=True)``, what ``leaderboard`` opens) never write and never take the write
+lock: the file is opened through a read-only URI (``mode=ro``), never created, never migrated (an older
+schema is read as it is), with a short busy timeout. In write-ahead-log mode a reader does not wait for
+writers at all; a rollback-journal database (one copied from elsewhere) held under ``BEGIN EXCLUSIVE`` for
+longer than the timeout ends in :class:`DatabaseLocked`. A write-ahead-log database in a folder the reader
+cannot write (read-only media) whose -shm index is absent and cannot be created is being written by nobody (a
+writer needs that index), so it is read as ``immutable``: no lock, no -wal, -shm or -journal file created.
+If a non-empty -wal lies beside it there, its changes cannot be read that way, and the reader refuses.
+
 This module imports nothing heavier than the standard library: submitters validate and score
 first (``leaderboard.submission``), then hand finished rows over.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -27,6 +37,8 @@ from bench.errors import BenchError
 
 DB_ENVIRONMENT_VARIABLE = "BDL_BENCH_DB"
 BUSY_TIMEOUT_SECONDS = 60.0
+READ_BUSY_TIMEOUT_SECONDS = 2.0
+"""How long a reader waits for a lock that keeps it from reading (a writer's commit in rollback-journal mode)."""
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: runs and their metrics.
@@ -136,11 +148,27 @@ class StoreError(BenchError):
     """The database cannot be opened, is from a newer release, or holds a conflicting row."""
 
 
-class Store:
-    """A connection to the leaderboard database (created and migrated on open unless ``must_exist``)."""
+class DatabaseLocked(OSError):
+    """Another process locks the database for longer than a reader waits. An :class:`OSError` (``EBUSY``) naming
+    the file, so that the command line reports it as the machine refusing (exit code 3), with the file's name."""
 
-    def __init__(self, path: Path, must_exist: bool = False):
+    def __init__(self, path: Path, seconds: float):
+        super().__init__(errno.EBUSY, f"the leaderboard database is locked by another process (waited {seconds:g} "
+                                      "s); run again when it has finished", str(path))
+
+
+class Store:
+    """A connection to the leaderboard database (created and migrated on open unless ``must_exist``).
+
+    ``read_only``: the database must exist and is only read; nothing is created, migrated or locked for writing.
+    """
+
+    def __init__(self, path: Path, must_exist: bool = False, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
+        if read_only:
+            self._db = _open_for_reading(self.path)
+            return
         if must_exist and not self.path.exists():
             raise StoreError(f"no leaderboard database at {self.path}; submit runs first (`python -m bench submit`)")
         try:
@@ -166,6 +194,8 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise StoreError(f"{self.path} was opened for reading; open it without read_only to write")
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
@@ -251,17 +281,95 @@ class Store:
                     f"SELECT run_id, block, name, value FROM metrics WHERE run_id IN (SELECT id FROM runs{condition})",
                     params):
                 metrics.setdefault(run_id, {}).setdefault(block, {})[name] = value
+            return [_row_of(record, metrics.get(record["id"], {})) for record in records]
+        except sqlite3.DatabaseError as error:
+            raise _read_failure(self.path, error,
+                                READ_BUSY_TIMEOUT_SECONDS if self.read_only else BUSY_TIMEOUT_SECONDS) from None
+        except (IndexError, KeyError, TypeError, ValueError) as error:  # a column missing or not as written
+            raise StoreError(f"{self.path} is not a bdl-bench leaderboard database or is damaged (runs table: "
+                             f"{type(error).__name__}: {error}); choose another with --db") from None
         finally:
             if self._db.in_transaction:
                 self._db.execute("COMMIT")
             self._db.row_factory = None
-        return [_row_of(record, metrics.get(record["id"], {})) for record in records]
 
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
     def integrity_ok(self) -> bool:
         return self._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _open_for_reading(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the existing database at ``path`` (see the module's docstring); every failure is
+    one :class:`StoreError` (or :class:`DatabaseLocked`) naming the file."""
+    try:
+        if not path.exists():
+            raise StoreError(f"no leaderboard database at {path}; submit runs first (`python -m bench submit`) "
+                             "or choose one with --db")
+        if path.is_dir():
+            raise StoreError(f"{path} is a folder, not a leaderboard database; choose the database file with --db")
+        if not os.access(path, os.R_OK):
+            raise StoreError(f"cannot read leaderboard database {path}: permission denied; ask for read access, "
+                             "or copy it and choose the copy with --db")
+        folder_writable = os.access(path.parent, os.W_OK)
+    except OSError as error:  # the folder cannot even be searched
+        raise StoreError(f"cannot read leaderboard database {path}: {error.strerror or error}") from None
+    uri = path.absolute().as_uri() + "?mode=ro"
+    try:
+        try:
+            db, version = _connect_for_reading(uri)
+        except sqlite3.OperationalError as error:
+            # A write-ahead-log database whose -shm index cannot be created here (read-only folder or media):
+            # nobody can be writing it either, so it is read as immutable (no lock, no file created).
+            if folder_writable or not _cannot_open(error):
+                raise
+            log = path.with_name(path.name + "-wal")
+            if log.exists() and log.stat().st_size > 0:
+                raise StoreError(f"cannot read leaderboard database {path}: its write-ahead log {log} holds changes "
+                                 "that cannot be read in a folder this user cannot write; copy the database and its "
+                                 "-wal file to a writable folder and choose the copy with --db") from None
+            db, version = _connect_for_reading(uri + "&immutable=1")
+    except sqlite3.DatabaseError as error:
+        raise _read_failure(path, error, READ_BUSY_TIMEOUT_SECONDS) from None
+    if version > SCHEMA_VERSION:
+        db.close()
+        raise StoreError(f"{path} has schema version {version}, newer than this release's {SCHEMA_VERSION}; "
+                         "upgrade bdl-bench to read it")
+    return db
+
+
+def _connect_for_reading(uri: str) -> tuple[sqlite3.Connection, int]:
+    """The connection and the schema version (reading it opens the file and, in WAL mode, its index)."""
+    db = sqlite3.connect(uri, uri=True, timeout=READ_BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    try:
+        return db, db.execute("PRAGMA user_version").fetchone()[0]
+    except BaseException:
+        db.close()
+        raise
+
+
+def _cannot_open(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)  # Python >= 3.11
+    return (code is not None and code & 0xFF == sqlite3.SQLITE_CANTOPEN) or "unable to open" in str(error)
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(error) or "busy" in str(error)
+
+
+def _read_failure(path: Path, error: sqlite3.DatabaseError, waited: float) -> Exception:
+    """One error naming the file and what to do, for an SQLite error met while reading."""
+    text = " ".join(str(error).split())
+    if _is_busy(error):
+        return DatabaseLocked(path, waited)
+    if "no such table" in text or "no such column" in text:
+        return StoreError(f"{path} is not a bdl-bench leaderboard database ({text}); choose another with --db")
+    return StoreError(f"cannot read leaderboard database {path}: {text}; restore it from a copy or choose "
+                      "another with --db")
 
 
 def _json(value) -> str | None:
@@ -281,5 +389,7 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         wall_seconds=record["wall_seconds"], device=record["device"], versions=loaded("versions_json"),
         noise_floor=loaded("noise_floor_json"), reliability=loaded("reliability_json"),
         submitter=record["submitter"], notes=record["notes"], finished_at=record["finished_at"],
-        submitted_at=record["submitted_at"], metrics=metrics, verified=bool(record["verified"]),
-        architecture_change=record["architecture_change"])
+        submitted_at=record["submitted_at"], metrics=metrics,
+        # read without migrating: a database of an older schema lacks the columns that later versions added
+        verified=bool(record["verified"]) if "verified" in record.keys() else False,
+        architecture_change=record["architecture_change"] if "architecture_change" in record.keys() else None)

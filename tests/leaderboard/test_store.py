@@ -95,6 +95,20 @@ def test_not_a_database_is_one_clear_error(tmp_path):
         Store(path)
 
 
+def test_a_read_only_store_reads_what_was_written_and_never_creates_or_writes(tmp_path):
+    path = tmp_path / "db.sqlite"
+    with pytest.raises(StoreError, match="no leaderboard database"):
+        Store(path, read_only=True)
+    assert not path.exists()
+    with Store(path) as db:
+        db.insert([row(0), row(1)])
+    with Store(path, read_only=True) as db:
+        assert db.runs() == [row(0), row(1)] and db.schema_version == store.SCHEMA_VERSION
+        with pytest.raises(StoreError, match="opened for reading"):
+            db.insert([row(2)])
+        assert db.count() == 2
+
+
 def test_default_path_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("BDL_BENCH_DB", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
