@@ -201,9 +201,11 @@ class Approximator:
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         """What a run of ``budget`` epochs holds at once (checked before :meth:`fit` builds anything).
-        The default: one network with a per-step schedule over the whole budget; a method that trains
+        The default: one network, with a per-step schedule over the whole budget when the config has a
+        ``batch_size`` (a method without one is not assumed to hold a schedule); a method that trains
         members or chains together, or keeps more than its parameters, says so."""
-        return Footprint(1, steps_for(budget, n_train, getattr(self.config, "batch_size", 1)))
+        batch_size = getattr(self.config, "batch_size", None)
+        return Footprint(1, steps_for(budget, n_train, batch_size) if batch_size else 0)
 
     @classmethod
     def architecture_change(cls, config) -> str | None:

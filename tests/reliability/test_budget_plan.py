@@ -79,3 +79,17 @@ def test_an_anchored_ensemble_plans_its_members_together_only_when_vectorised():
     together = cls(resolve_config(cls, "toy-gap", {"epochs": "10"})).footprint(1000, N_TRAIN)
     one_by_one = cls(resolve_config(cls, "toy-gap", {"epochs": "10", "vectorise": "false"})).footprint(1000, N_TRAIN)
     assert (together.networks, one_by_one.networks) == (100, 1)
+
+
+def test_a_method_without_a_batch_size_is_planned_as_one_network_without_a_schedule():
+    """A user's method that says nothing of its schedule is not refused for one it may not hold."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class SamplerConfig:
+        samples: int = 10
+
+    class Sampler(approximators_base.Approximator):
+        name, summary, Config = "sampler", "a user's method", SamplerConfig
+
+    assert Sampler(SamplerConfig()).footprint(MAX_BUDGET_EPOCHS, 10**6) == approximators_base.Footprint(1, 0)
