@@ -205,10 +205,11 @@ def _cmd_run(args) -> int:
         raise BenchError(f"--set {repeated[0]} given more than once; give each setting one value")
     seeds = list(dict.fromkeys(args.seeds or [0]))
     runs = [(task, seed) for task in tasks for seed in seeds]
-    for task, seed in runs:  # fail on any bad setting or finished run before the first run trains
-        config = resolve_config(method, task, dict(args.overrides))
-        records.check_unfinished(records.run_folder(args.out, task, method.name, args.budget, seed), args.force,
-                                 asdict(config))
+    for task in tasks:  # fail on any bad setting or finished run before the first run trains
+        config = asdict(resolve_config(method, task, dict(args.overrides)))
+        for seed in seeds:
+            records.check_unfinished(records.run_folder(args.out, task, method.name, args.budget, seed), args.force,
+                                     config)
     resolve_device(args.device)
     rows = []
     # disable=None: a progress bar only on a terminal, so piped stderr holds errors alone.

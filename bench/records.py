@@ -85,7 +85,7 @@ def claimed(folder: Path, force: bool, config: dict | None = None) -> Iterator[N
         except BlockingIOError:
             raise BenchError(f"{folder} is in use by another run; wait for it to finish or choose another --out") \
                 from None
-        check_writable(folder, force, config)
+        check_unfinished(folder, force, config)
         yield
 
 

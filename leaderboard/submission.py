@@ -18,6 +18,7 @@ Every failure raises a :class:`bench.errors.BenchError` with one line; nothing h
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import io
@@ -28,7 +29,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -151,18 +152,26 @@ def read_npy(f: BinaryIO, expected: Expected, source: str) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
 
 
-def read_predictions(path: Path, expected: Expected) -> np.ndarray:
-    """Reads a run's ``predictions.npz`` (one array ``expected.key``): a regular file, read up to the size the
-    task's predictions can take, its array header checked before the array is allocated."""
-    repair = f"a run folder holds {records.PREDICTIONS} and {records.RESULT} as bdl-bench wrote them"
+@contextlib.contextmanager
+def _opening(path: Path, missing: str) -> Iterator[None]:
+    """Turns each way a submitted file cannot be opened (absent, not a regular file, unreadable) into one
+    :class:`SubmissionError` line; ``missing`` says what an absent file means."""
     try:
-        data = read_regular_file(path, expected.max_npz_bytes, "predictions file", repair)
+        yield
     except FileNotFoundError:
-        raise SubmissionError(f"{path}: missing; {repair}") from None
+        raise SubmissionError(f"{path}: {missing}") from None
     except DamagedFile as error:
         raise SubmissionError(str(error)) from None
     except OSError as error:
         raise SubmissionError(f"{path}: cannot be read ({error.strerror or error})") from None
+
+
+def read_predictions(path: Path, expected: Expected) -> np.ndarray:
+    """Reads a run's ``predictions.npz`` (one array ``expected.key``): a regular file, read up to the size the
+    task's predictions can take, its array header checked before the array is allocated."""
+    repair = f"a run folder holds {records.PREDICTIONS} and {records.RESULT} as bdl-bench wrote them"
+    with _opening(path, f"missing; {repair}"):
+        data = read_regular_file(path, expected.max_npz_bytes, "predictions file", repair)
     member = f"{expected.key}.npy"
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -231,11 +240,15 @@ def _check_result_ranges(result: dict, path: Path) -> None:
                               "printable characters")
 
 
-def check_budget_claim(budget: float, epochs_used: float, test_passes: float, source: str) -> None:
-    """The track's limit is its budget: a run may use at most ``budget`` epochs."""
+def check_budget_range(budget: float, source: str) -> None:
     if not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
         raise SubmissionError(f"{source}: the budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], "
                               f"got {budget}")
+
+
+def check_budget_claim(budget: float, epochs_used: float, test_passes: float, source: str) -> None:
+    """The track's limit is its budget: a run may use at most ``budget`` epochs."""
+    check_budget_range(budget, source)
     if not (math.isfinite(epochs_used) and 0 < epochs_used <= budget):
         raise SubmissionError(f"{source}: claims {epochs_used} epochs used, outside (0, {budget:g}], the budget's limit")
     if not (math.isfinite(test_passes) and test_passes >= 0):
@@ -383,17 +396,9 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
     path = Path(path)
     check_submitter(submitter, notes)
     check_method_name(method, str(path))
-    if not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
-        raise SubmissionError(f"{path}: the declared budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], "
-                              f"got {budget}")
-    try:
+    check_budget_range(budget, str(path))
+    with _opening(path, "no such file"):
         file = open_regular_file(path, "submission", "submit a .zip file of the official prediction files")
-    except FileNotFoundError:
-        raise SubmissionError(f"{path}: no such file") from None
-    except DamagedFile as error:
-        raise SubmissionError(str(error)) from None
-    except OSError as error:
-        raise SubmissionError(f"{path}: cannot be read ({error.strerror or error})") from None
     try:
         if os.fstat(file.fileno()).st_size > MAX_ZIP_BYTES:
             raise SubmissionError(f"{path}: larger than {MAX_ZIP_BYTES} bytes")
