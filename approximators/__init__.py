@@ -91,6 +91,17 @@ def get_method(name: str) -> type[Approximator]:
     return method
 
 
+def resolve_method(method: "str | type[Approximator]") -> type[Approximator]:
+    """A method given by name (as :func:`get_method` takes it) or as a class (a notebook's own subclass of
+    :class:`Approximator`, checked like a plugin; it may not take a built-in method's name)."""
+    if isinstance(method, str):
+        return get_method(method)
+    method = _checked(method, repr(method))
+    if METHODS.get(method.name, method) is not method:
+        raise ConfigError(f"{method.__qualname__}: its name {method.name!r} is a built-in method's; give it its own")
+    return method
+
+
 def method_source(method: type[Approximator]) -> str | None:
     """How to load ``method`` again (``package.module:ClassName``), or None for a built-in one."""
     if METHODS.get(method.name) is method:
@@ -99,4 +110,4 @@ def method_source(method: type[Approximator]) -> str | None:
 
 
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "Approximator", "Problem", "get_method", "installed_methods",
-           "load_method", "method_source", "resolve_config"]
+           "load_method", "method_source", "resolve_config", "resolve_method"]

@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Callable
 
 import torch
 
 from bench.errors import BudgetExhausted, MeterMisuse
 
+
+PROGRESS_REPORTS = 1000
+"""How often, at most, a meter's progress observer hears of a run: each time the charges cross another
+1/PROGRESS_REPORTS of the budget (and when it is spent), so a progress bar costs nothing per batch."""
 
 MAX_BUDGET_EPOCHS = 1_000_000
 """The largest budget a run accepts, in epochs: a thousand times the largest budget of the project's
@@ -72,14 +77,20 @@ class BudgetMeter:
     raises :class:`MeterMisuse` (an ``AttributeError``).
     """
 
-    __slots__ = ("_budget_epochs", "_n_train", "_limit", "_examples", "_test_examples", "_n_test")
+    __slots__ = ("_budget_epochs", "_n_train", "_limit", "_examples", "_test_examples", "_n_test", "_on_progress",
+                 "_report_step", "_next_report")
 
-    def __init__(self, budget_epochs: float, n_train: int):
+    def __init__(self, budget_epochs: float, n_train: int, on_progress: Callable[[float], None] | None = None):
+        """``on_progress`` (optional) is called with the epochs used whenever the charges cross another
+        1/:data:`PROGRESS_REPORTS` of the budget and when the budget is spent; the harness's progress bar."""
         budget_epochs = check_budget_size(budget_epochs)
         n_train = _count(n_train, "n_train", 1)
         limit = math.floor(budget_epochs * n_train + 1e-9)
+        step = max(1, -(-limit // PROGRESS_REPORTS))  # rounded up: at most PROGRESS_REPORTS reports
+        # Without an observer the next report lies beyond the limit: charge() then pays one comparison, never a call.
         _assign(self, _budget_epochs=budget_epochs, _n_train=n_train, _limit=limit, _examples=0,
-                _test_examples=0, _n_test=0)
+                _test_examples=0, _n_test=0, _on_progress=on_progress, _report_step=step,
+                _next_report=min(step, limit) if on_progress is not None else limit + 1)
 
     def __setattr__(self, name, value):
         raise MeterMisuse(f"the budget meter is read-only (tried to set {name!r}); it changes only by charging")
@@ -117,6 +128,11 @@ class BudgetMeter:
                 f"over budget: {self.epochs_used:.3f} of {self._budget_epochs:g} epochs used, "
                 f"asked for {n_examples / self._n_train:.3f} more")
         _assign(self, _examples=self._examples + n_examples)
+        if self._examples >= self._next_report:
+            step = self._report_step
+            _assign(self, _next_report=min((self._examples // step + 1) * step, self._limit)
+                    if self._examples < self._limit else self._limit + 1)
+            self._on_progress(self.epochs_used)
 
     def record_test_pass(self, n_rows: int, n_test: int) -> None:
         """Reports ``n_rows`` test rows evaluated (all members counted) on a test set of ``n_test`` rows."""

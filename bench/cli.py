@@ -1,10 +1,11 @@
 """Command line: ``python -m bench [run] --method M --budget B``, ``tasks``, ``methods``, ``fetch``,
-``export-submission``, ``reference generate``, ``submit``, ``leaderboard``, ``check``."""
+``export-submission``, ``reference generate``, ``submit``, ``leaderboard``, ``check``, ``verify``, ``sweep``."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +17,26 @@ from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, describe_failu
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
-               "verify")
+               "verify", "sweep")
+
+SWEEP_DESCRIPTION = """\
+Runs every combination of --method, --task, --budget, --seed and setting variant, each as `run` would, into
+its run folder under --out. Every run is checked before the first one trains; a finished run of the same
+configuration is skipped, so the same command run again resumes an interrupted sweep, and a finished run
+of another configuration stops the sweep. A run that fails does not stop the others: each failure is one
+line at the end, and the exit code is not 0.
+
+Variants: --set KEY=VALUE fixes a setting of every method of the sweep; the same KEY given several values
+sweeps over them, and several swept keys make every combination. With more than one variant, each variant
+writes under its own folder named by its swept values, as `run --out runs/lr=0.01 --set lr=0.01` would:
+
+  python -m bench sweep --method sgd de --task toy-gap digits --budget 10 20 --seed 0 1 2 \\
+      --set lr=0.01 --set lr=0.02 --set batch_size=64 --workers 2
+  -> runs/lr=0.01/toy-gap/sgd/budget-10/seed-0/, ..., runs/lr=0.02/digits/de/budget-20/seed-2/
+
+Executors: one run after another in this process (default), --workers N processes on this machine, or
+--executor ray (each run a task of --threads CPUs on a Ray cluster, writing into the shared --out).
+"""
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -94,13 +114,55 @@ def build_parser() -> argparse.ArgumentParser:
                      help="task name (repeatable); default: every embedded task (competition tasks need `fetch` first)")
     run.add_argument("--seed", type=_seed, action="append", dest="seeds",
                      help="the run's seed, in [0, 2^63) (repeatable: one run per seed; default 0)")
-    run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
     run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
                      metavar="KEY=VALUE", help="override a method setting (repeatable)")
     run.add_argument("--force", action="store_true", help="overwrite a finished run")
+    run.add_argument("--label", help="a human name for this configuration, shown on the leaderboard instead of its "
+                                     "configuration hash (1 to 100 printable characters)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_cache(run)
+
+    sweep = sub.add_parser("sweep", help="run every combination of methods, tasks, budgets, seeds and setting "
+                                         "values; run again, it resumes where it stopped",
+                           description=SWEEP_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_argument("--method", dest="methods", nargs="+", action="extend", required=True, metavar="METHOD",
+                       help="methods, as `run --method` takes them (several, or repeat the option)")
+    sweep.add_argument("--task", dest="tasks", nargs="+", action="extend", metavar="TASK",
+                       help="tasks (default: every embedded task)")
+    sweep.add_argument("--budget", dest="budgets", nargs="+", action="extend", type=_budget, required=True,
+                       metavar="EPOCHS", help="budgets in training epochs")
+    sweep.add_argument("--seed", dest="seeds", nargs="+", action="extend", type=_seed, metavar="SEED",
+                       help="seeds in [0, 2^63) (default 0)")
+    sweep.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                       help="a setting of every method of the sweep; the same KEY with several values sweeps over "
+                            "them (variants, see above)")
+    sweep.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
+    sweep.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
+                       help="where each run trains: cpu (default), cuda (on Ray: a GPU per run), or auto")
+    sweep.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="local (default): this machine, see --workers; ray: each run a task of a Ray cluster "
+                            "(pip install -e '.[ray]')")
+    sweep.add_argument("--workers", type=_positive_int,
+                       help="local executor: runs at once, each in its own process (default 1: one after another "
+                            "in this process)")
+    sweep.add_argument("--threads", type=_positive_int, default=1,
+                       help="torch threads of each run (default 1), whatever executes it: the thread count changes a "
+                            "run's round-off, so seeded runs reproduce exactly at equal --threads; --workers x "
+                            "--threads may not exceed the CPU cores")
+    sweep.add_argument("--ray-address", help="--executor ray: the cluster's address, e.g. 10.0.0.1:6379 (default: "
+                                             "$RAY_ADDRESS, else one `ray start --head` started on this machine, else "
+                                             "a new local one for this sweep)")
+    sweep.add_argument("--force", action="store_true", help="train every run again, replacing finished ones")
+    sweep.add_argument("--submit", action="store_true",
+                       help="at the end, add every finished run of the sweep to the leaderboard (as `submit`)")
+    sweep.add_argument("--db", type=Path, help="with --submit: the leaderboard database (default: $BDL_BENCH_DB, "
+                                               "else the user's data folder)")
+    sweep.add_argument("--name", help="with --submit: the submitter's name (default: the user name)")
+    sweep.add_argument("--notes", help="with --submit: free-text notes stored with every run")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_cache(sweep)
 
     tasks = sub.add_parser("tasks", help="list tasks, their settings and reference status")
     _add_cache(tasks)
@@ -125,18 +187,23 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, default=Path("submission.zip"), help="zip to write (default: submission.zip)")
     export.add_argument("--force", action="store_true", help="replace an existing zip")
     _add_cache(export)
-    sub.add_parser("methods", help="list methods and their settings")
+    methods = sub.add_parser("methods", help="list methods and their settings")
+    methods.add_argument("--task", help="show the settings a run on this task would use (each method's task defaults)")
+    methods.add_argument("--method", dest="methods", action="append",
+                         help="only this method (repeatable; a name, a plugin's name or package.module:ClassName)")
+    _add_cache(methods)
 
     ref = sub.add_parser("reference", help="HMC reference posteriors")
     ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser)
     gen = ref_sub.add_parser("generate", help="run HMC for a task and write its reference")
-    gen.add_argument("--task", required=True)
+    gen.add_argument("--task", required=True, help="the embedded task whose reference to sample")
     gen.add_argument("--out", type=Path, default=Path("references"),
                      help="folder for the new reference (default: references/)")
     gen.add_argument("--install", action="store_true",
                      help="write into the package's reference/data and update the checksum registry")
-    gen.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
-    gen.add_argument("--quiet", action="store_true")
+    gen.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
+                     help="where to run the HMC chains: cpu (default), cuda, or auto")
+    gen.add_argument("--quiet", action="store_true", help="no progress bars")
 
     db_help = "leaderboard database (default: $BDL_BENCH_DB, else the user's data folder)"
     submit = sub.add_parser("submit", help="re-score runs (or a competition zip) and add them to the leaderboard")
@@ -145,7 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--db", type=Path, help=db_help)
     submit.add_argument("--name", help="submitter's name (default: the user name)")
     submit.add_argument("--notes", default="", help="free-text notes stored with every run of this submission")
-    submit.add_argument("--method", help="for a .zip: the method's name")
+    submit.add_argument("--method", help="for a .zip: the method's name; with --verify and run folders: the method to "
+                                         "re-execute them with (package.module:ClassName; a record never chooses code "
+                                         "to import)")
+    submit.add_argument("--label", help="for a .zip: a human name for its configuration, shown on the leaderboard "
+                                        "instead of its hash (1 to 100 printable characters); a run folder carries "
+                                        "the label it was run with (`run --label`)")
     submit.add_argument("--budget", type=_budget, help="for a .zip: the declared budget in epochs")
     submit.add_argument("--seed", type=_seed, default=0, help="for a .zip: the seed (default 0)")
     submit.add_argument("--verify", action="store_true",
@@ -156,12 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="re-execute finished runs under the meter and compare them with their "
                                            "records")
     verify.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder or a folder of run folders")
+    verify.add_argument("--method", help="the method to re-execute the runs with, for runs of a package.module:ClassName "
+                                         "method (a run's record never chooses code to import)")
     _add_cache(verify)
 
     board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
     board.add_argument("--task", help="only this task")
     board.add_argument("--budget", type=_budget, help="only this budget")
-    board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md")
+    board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md",
+                       help="md (Markdown tables, default), html (a page with plots), csv or json (every stored value)")
     board.add_argument("--output", type=Path, help="write to this file instead of standard output")
     board.add_argument("--db", type=Path, help=db_help)
 
@@ -173,13 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--statistical", action="store_true",
                        help="compare means statistically even where the environment matches the baseline's")
     check.add_argument("--methods", nargs="+", help="methods to check (default: every method in the baseline; "
-                                                     "with --update: every method)")
+                                                     "with --update: the methods --budget and --set name, else every "
+                                                     "built-in method); a name, a plugin's name or "
+                                                     "package.module:ClassName")
     check.add_argument("--task", action="append", help="task (repeatable; default: every task of the baseline, "
                                                         "with --update every embedded task)")
     check.add_argument("--update", action="store_true",
                        help="measure the configuration and rewrite the baseline (with --methods or --task: extend "
                             "it, replacing only what was measured)")
     check.add_argument("--seeds", type=_positive_int, default=None, help="with --update: number of seeds (default 10)")
+    check.add_argument("--budget", action="append", metavar="[METHOD=]EPOCHS",
+                       help="with --update: the budget of every method, or of one (repeatable; default: each "
+                            "method's check_budget); stored in the baseline")
+    check.add_argument("--set", dest="settings", action="append", metavar="[METHOD.]KEY=VALUE",
+                       help="with --update: a setting of every method, or of one (repeatable); stored in the baseline")
     return parser
 
 
@@ -189,14 +271,14 @@ def _add_cache(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(args) -> int:
-    from tqdm.auto import tqdm
-
     from approximators import get_method, resolve_config
     from bench import records
-    from bench.runner import RunSpec, resolve_device, run
+    from bench.progress import Progress, run_title
+    from bench.runner import RunSpec, check_label, resolve_device, run
     from bench.tasks import get_task, task_names
 
     method = get_method(args.method)
+    check_label(args.label)
     # Each task once, under its own name (a repeated or aliased --task would train twice into one folder).
     tasks = list(dict.fromkeys(get_task(task, args.cache).name for task in args.task or task_names()))
     keys = [key for key, _ in args.overrides]
@@ -212,18 +294,65 @@ def _cmd_run(args) -> int:
                                      config)
     resolve_device(args.device)
     rows = []
-    # disable=None: a progress bar only on a terminal, so piped stderr holds errors alone.
-    for task, seed in tqdm(runs, desc=f"{args.method} @ {args.budget:g} epochs", unit="run",
-                           disable=True if args.quiet else None):
-        result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=seed,
-                             device=args.device, out=args.out, overrides=tuple(args.overrides), force=args.force,
-                             cache=args.cache))
-        rows.append(_summary_row(result))
+    with Progress(len(runs), args.quiet, f"{args.method} @ {args.budget:g} epochs") as progress:
+        for task, seed in runs:
+            title = run_title(task, method.name, args.budget, seed)
+            with progress.epochs(title, args.budget) as on_progress:
+                result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=seed,
+                                     device=args.device, out=args.out, overrides=tuple(args.overrides),
+                                     force=args.force, cache=args.cache, label=args.label,
+                                     command=args.command_line), on_progress=on_progress)
+            progress.finished(title, failed=False)
+            rows.append(_summary_row(result))
+    _print_tables(rows)
+    print(f"results written under {args.out}/")
+    return 0
+
+
+def _print_tables(rows: list[dict]) -> None:
+    """:func:`_summary_row` rows, one table per kind of task (their metrics differ)."""
     for kind in ("regression", "classification"):
         table = [{k: v for k, v in row.items() if k != "kind"} for row in rows if row["kind"] == kind]
         if table:
             print(tabulate(table, headers="keys", floatfmt=".4f"))
-    print(f"results written under {args.out}/")
+
+
+def _cmd_sweep(args) -> int:
+    from bench import records, sweep
+
+    if not args.submit and (args.db is not None or args.name is not None or args.notes is not None):
+        raise BenchError("--db, --name and --notes say where and as whom --submit submits; add --submit")
+    sweep.check_executor(args.executor, args.workers, args.threads, args.ray_address)
+    runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds or [0], args.overrides, args.out,
+                      args.device, args.cache, args.command_line, args.force)
+    skipped = sum(run.finished for run in runs)
+    print(f"sweep: {len(runs)} run{'s' if len(runs) != 1 else ''}, {skipped} finished earlier (skipped), "
+          f"{len(runs) - skipped} to train")
+    try:
+        outcomes = sweep.execute(runs, args.executor, args.workers, args.threads, args.ray_address, args.quiet)
+    except KeyboardInterrupt:
+        print("error: interrupted; finished runs are complete and unfinished ones were not written; run the same "
+              "command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finished = [run for run in runs if run.finished or outcomes[run].result is not None]
+    rows = [{**({"variant": run.variant} if run.variant else {}),
+             **_summary_row(outcomes[run].result if run in outcomes else records.read_result(run.folder)),
+             "trained": "now" if run in outcomes else "earlier"} for run in finished]
+    _print_tables(rows)
+    failed = [run for run in runs if run in outcomes and outcomes[run].result is None]
+    print(f"{len(finished) - skipped} trained, {skipped} finished earlier, {len(failed)} failed; "
+          f"results under {args.out}/")
+    if args.submit and finished:
+        from leaderboard import submission
+
+        name = _submitter(args.name)
+        _store([submission.score_run(run.folder, name, args.notes or "", args.cache) for run in finished], args.db)
+    for run in failed:
+        print(f"error: {run.folder}: {outcomes[run].failure}", file=sys.stderr)
+    if failed:
+        print(f"error: {len(failed)} of {len(runs)} runs failed (each named above); run the same command again to "
+              "retry them", file=sys.stderr)
+        return max(outcomes[run].exit_code for run in failed)
     return 0
 
 
@@ -270,15 +399,34 @@ def _cmd_tasks(args) -> int:
                      "parameters": sum(p.numel() for p in spec.model_factory().parameters()),
                      "likelihood": spec.likelihood.describe()["name"], "prior variance": f"{spec.prior_variance:.4g}",
                      "reference": f"official, {reference_status(task)}" if task else "not fetched"})
-    print(tabulate(rows, headers="keys"))
+    print(_wrapped(rows, {"model": 40}))
+    details = []
     for name in task_names():
         task = get_task(name)
-        extra = {k: v for k, v in task.describe().items() if k in ("data", "test_blocks")}
-        print(f"\n{name}: {task.description}\n  {extra}")
-    print(f"\ncompetition tasks (cache: {resolve_cache(args.cache)}):")
-    for name in COMPETITION:
-        print(f"  {name}: {SPECS[name].description}")
+        d = task.describe()
+        details.append({"task": name, "what": task.description,
+                        "test blocks": ", ".join(f"{block} (rows {start}-{stop})" for block, start, stop
+                                                 in d["test_blocks"]) or "one block",
+                        "data": _flat_settings(d["data"])})
+    details += [{"task": name, "what": SPECS[name].description, "test blocks": "", "data": "fetched by `fetch`"}
+                for name in COMPETITION]
+    print()
+    print(_wrapped(details, {"what": 40, "test blocks": 30, "data": 50}))
+    print(f"\ncompetition tasks are read from the cache {resolve_cache(args.cache)}")
     return 0
+
+
+def _wrapped(rows: list[dict], widths: dict[str, int]) -> str:
+    """A table of ``rows`` whose columns named in ``widths`` wrap at that many characters (a terminal stays readable)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return tabulate([[row.get(column, "") for column in columns] for row in rows], headers=columns,
+                    maxcolwidths=[widths.get(column) for column in columns])
+
+
+def _flat_settings(values: dict, prefix: str = "") -> str:
+    """``{"a": 1, "b": {"c": 2}}`` -> ``"a=1, b.c=2"``: nested settings on one readable line."""
+    return ", ".join(_flat_settings(value, f"{prefix}{key}.") if isinstance(value, dict) and value
+                     else f"{prefix}{key}={value}" for key, value in values.items())
 
 
 def _cmd_fetch(args) -> int:
@@ -323,24 +471,41 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def _cmd_methods(_args) -> int:
+def _cmd_methods(args) -> int:
     import dataclasses
 
-    from approximators import METHODS, get_method, installed_methods
+    from approximators import METHODS, get_method, installed_methods, method_source, resolve_config
+    from bench.tasks import get_task
 
-    def row(name, m, source):
-        return {"method": name, "source": source, "what": m.summary, "paper": m.paper,
-                # a method that changes the network approximates another posterior than the reference's
-                "network": "task's" if m.architecture_change(m.Config()) is None else "changed (see its docs)",
-                "settings": ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(m.Config))}
-
-    rows = [row(name, m, "built-in") for name, m in METHODS.items()]
-    for name, entry in sorted(installed_methods().items()):
-        try:
-            rows.append(row(name, get_method(name), f"plugin {entry.value}"))
-        except BenchError as error:  # one broken plugin must not hide the others
-            rows.append({"method": name, "source": f"plugin {entry.value}", "what": f"cannot be loaded: {error}"})
-    print(tabulate(rows, headers="keys"))
+    task = get_task(args.task, args.cache).name if args.task else None
+    wanted = list(dict.fromkeys(args.methods or []))
+    loaded, broken = [], []
+    if wanted:
+        loaded = [(method, method_source(method) or "built-in") for method in map(get_method, wanted)]
+    else:
+        loaded = [(method, "built-in") for method in METHODS.values()]
+        for name, entry in sorted(installed_methods().items()):
+            try:
+                loaded.append((get_method(name), f"plugin {entry.value}"))
+            except BenchError as error:  # one broken plugin must not hide the others
+                broken.append({"method": name, "source": f"plugin {entry.value}", "what": f"cannot be loaded: {error}"})
+    rows, settings = [], []
+    for method, source in loaded:
+        # a method that changes the network approximates another posterior than the reference's
+        change = method.architecture_change(resolve_config(method, task) if task else method.Config())
+        rows.append({"method": method.name, "source": source, "what": method.summary, "paper": method.paper,
+                     "network": "task's" if change is None else f"changed: {change}"})
+        defaults = method.Config()
+        config = resolve_config(method, task) if task else defaults
+        settings.append({"method": method.name, "settings" if not task else f"settings on {task}": ", ".join(
+            f"{field.name}={getattr(config, field.name)}" + ("*" if getattr(config, field.name)
+                                                              != getattr(defaults, field.name) else "")
+            for field in dataclasses.fields(config))})
+    print(_wrapped(rows + broken, {"what": 50, "network": 40, "paper": 30}))
+    print()
+    print(_wrapped(settings, {"settings": 100, f"settings on {task}": 100}))
+    print("\n* the task's own default for the method (`--set key=value` overrides any setting)" if task else
+          "\nclass defaults; `methods --task T` shows the values a run on T uses, `--set key=value` overrides any")
     return 0
 
 
@@ -390,7 +555,6 @@ def _submitter(name: str | None) -> str:
 
 def _cmd_submit(args) -> int:
     from leaderboard import submission
-    from leaderboard.store import Store, default_db_path
 
     name = _submitter(args.name)
     rows = []
@@ -402,11 +566,26 @@ def _cmd_submit(args) -> int:
                 raise BenchError(f"{path}: a competition zip holds predictions only and cannot be re-executed; "
                                  "submit run folders to --verify")
             rows += submission.score_competition_zip(path, args.method, args.budget, args.seed, name, args.notes,
-                                                     cache=args.cache)
+                                                     cache=args.cache, label=args.label)
         else:
-            rows += [submission.score_run(folder, name, args.notes, args.cache, verify=args.verify)
+            if args.label is not None:
+                raise BenchError(f"{path}: --label names a competition zip's configuration; a run folder carries the "
+                                 "label it was run with (`python -m bench run --label`)")
+            if args.method is not None and not args.verify:
+                raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code that "
+                                 "re-executes a run folder; a run folder records its own method")
+            rows += [submission.score_run(folder, name, args.notes, args.cache, verify=args.verify,
+                                          verify_method=args.method)
                      for folder in submission.run_folders([path])]
-    db = args.db or default_db_path()
+    _store(rows, args.db)
+    return 0
+
+
+def _store(rows: list, db: Path | None) -> None:
+    """Inserts scored rows into the leaderboard database (all or nothing) and says what happened to each."""
+    from leaderboard.store import Store, default_db_path
+
+    db = db or default_db_path()
     with Store(db) as store:
         added, present = store.insert(rows)
     for row in added:
@@ -414,7 +593,6 @@ def _cmd_submit(args) -> int:
     for row in present:
         print(f"already on the leaderboard: {row.describe()}")
     print(f"{len(added)} added, {len(present)} already present, in {db}")
-    return 0
 
 
 def _cmd_leaderboard(args) -> int:
@@ -443,12 +621,16 @@ def _cmd_check(args) -> int:
     if args.update:
         if args.tolerance is not None or args.statistical:
             raise BenchError("--tolerance and --statistical choose how a check compares; --update only measures")
-        baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds)
+        baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds,
+                               budgets=gate.budget_options(args.budget), settings=gate.setting_options(args.settings))
         print(gate.describe_baseline(baseline))
         print(f"wrote {args.baseline}")
         return 0
     if args.seeds is not None:
         raise BenchError("--seeds chooses what --update measures; a check reruns the baseline's seeds")
+    if args.budget or args.settings:
+        raise BenchError("--budget and --set choose what --update measures; a check reruns the baseline's "
+                         "budgets and settings")
     report = gate.check(args.baseline, methods=args.methods, tasks=args.task, tolerance=args.tolerance,
                         statistical=args.statistical)
     print(report.text())
@@ -459,7 +641,7 @@ def _cmd_verify(args) -> int:
     from bench.verify import verify
     from leaderboard.submission import run_folders
 
-    results = [verify(folder, args.cache) for folder in run_folders(args.paths)]
+    results = [verify(folder, args.cache, args.method) for folder in run_folders(args.paths)]
     for result in results:
         print(result.line())
     failed = sum(not r.passed for r in results)
@@ -471,10 +653,11 @@ def main(argv: list[str] | None = None) -> int:
     """The command line's one error boundary: every failure ends as one line on stderr and an exit code
     (:mod:`bench.errors`); ``--debug`` anywhere in ``argv`` (or ``BDL_BENCH_DEBUG=1``) lets it raise instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    command_line = " ".join([_program(), *map(shlex.quote, argv)])
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     try:
-        return _dispatch(argv)
+        return _dispatch(argv, command_line)
     except Exception as error:
         if debug:
             raise
@@ -486,15 +669,21 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _dispatch(argv: list[str]) -> int:
+def _program() -> str:
+    """How this process was started, as a person would type it: ``bdl-bench`` or ``python -m bench``."""
+    return "bdl-bench" if Path(sys.argv[0]).name == "bdl-bench" else "python -m bench"
+
+
+def _dispatch(argv: list[str], command_line: str) -> int:
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
+    args.command_line = command_line  # stored in every result record: how the run was asked for
     if args.command is None:
         build_parser().print_help()
         return 2
     handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
                "export-submission": _cmd_export, "reference": _cmd_reference,
                "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check,
-               "verify": _cmd_verify}
+               "verify": _cmd_verify, "sweep": _cmd_sweep}
     return handler[args.command](args)

@@ -10,23 +10,37 @@ epoch is spent.)
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import platform
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 import bench
-from approximators import Approximator, Problem, get_method, method_source, resolve_config
+from approximators import Approximator, Problem, method_source, resolve_config, resolve_method
 from approximators.base import check_footprint
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
+
+
+MAX_LABEL_CHARS = 100
+
+
+def check_label(label: str | None) -> None:
+    """A run's label is None or 1 to :data:`MAX_LABEL_CHARS` printable characters (it is shown on the leaderboard)."""
+    if label is not None and not (isinstance(label, str) and 0 < len(label) <= MAX_LABEL_CHARS
+                                  and label.isprintable() and label.strip()):
+        raise ConfigError(f"a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only spaces; "
+                          f"got {label!r}")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -64,10 +78,36 @@ def environment() -> dict:
             "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
 
 
-def metered(task: Task, budget: float, device: torch.device = torch.device("cpu")) -> tuple[Problem, MeteredData]:
+GIT_TIMEOUT_SECONDS = 5.0
+
+
+@functools.lru_cache(maxsize=1)
+def source_checkout() -> dict | None:
+    """The git commit of the bdl-bench checkout this code runs from (and whether tracked files differ from it),
+    or None when it is installed from a wheel, git is absent, or git does not answer within a few seconds.
+    Asked once per process: the code a process runs is what it imported, whatever is committed later."""
+    root = Path(bench.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
+                              timeout=GIT_TIMEOUT_SECONDS).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
+
+
+def metered(task: Task, budget: float, device: torch.device = torch.device("cpu"),
+            on_progress: Callable[[float], None] | None = None) -> tuple[Problem, MeteredData]:
     """What a method receives for ``task`` under a fresh meter of ``budget`` epochs: the problem
-    (no training tensors, no test labels) and the metered training data."""
-    meter = BudgetMeter(budget, task.n_train)
+    (no training tensors, no test labels) and the metered training data. ``on_progress``: the meter's
+    observer (:class:`~bench.budget.BudgetMeter`), e.g. a progress bar's."""
+    meter = BudgetMeter(budget, task.n_train, on_progress)
     return Problem.for_task(task, meter, device), MeteredData(task.x_train.to(device), task.y_train.to(device), meter)
 
 
@@ -97,8 +137,12 @@ def execute(method: type[Approximator], config, problem: Problem, data: MeteredD
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One run. ``method``: a name as ``--method`` takes it, or an :class:`Approximator` subclass; ``label``:
+    a human name for this configuration on the leaderboard; ``command``: how the run was asked for (the
+    exact command line), stored in its record."""
+
     task: str
-    method: str
+    method: "str | type[Approximator]"
     budget: float
     seed: int = 0
     device: str = "cpu"
@@ -106,21 +150,26 @@ class RunSpec:
     overrides: tuple[tuple[str, str], ...] = ()
     force: bool = False
     cache: Path | None = None
+    label: str | None = None
+    command: str | None = None
 
 
-def _prepare(spec: RunSpec, device: torch.device) -> tuple[Problem, MeteredData]:
+def _prepare(spec: RunSpec, device: torch.device,
+             on_progress: Callable[[float], None] | None) -> tuple[Problem, MeteredData]:
     """Checks the task's reference (failing before training if it is stale) and builds the method's inputs.
     Returns nothing that holds the reference or the test labels."""
     task = get_task(spec.task, spec.cache)
     load_reference(task)
-    return metered(task, spec.budget, device)
+    return metered(task, spec.budget, device, on_progress)
 
 
-def run(spec: RunSpec) -> dict:
-    """Runs one (task, method, budget, seed); returns the result record it wrote."""
-    method = get_method(spec.method)
+def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> dict:
+    """Runs one (task, method, budget, seed); returns the result record it wrote. ``on_progress`` hears the
+    epochs used as the meter charges them (a progress bar)."""
+    method = resolve_method(spec.method)
+    check_label(spec.label)
     device = resolve_device(spec.device)
-    problem, data = _prepare(spec, device)
+    problem, data = _prepare(spec, device, on_progress)
     config = resolve_config(method, problem.task, dict(spec.overrides))
     approximator = planned(method, config, problem, data)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
@@ -139,6 +188,7 @@ def run(spec: RunSpec) -> dict:
             "task_fingerprint": task.fingerprint(),
             "method": method.name,
             "method_source": method_source(method),
+            "label": spec.label,
             "budget": spec.budget,
             "epochs_used": data.meter.epochs_used,
             "test_passes": data.meter.test_passes,
@@ -153,6 +203,8 @@ def run(spec: RunSpec) -> dict:
             "method_report": report,
             "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
             "environment": env,
+            "git": source_checkout(),
+            "command": spec.command,
             "reference": {"sha256": reference.sha256, "key": reference.key},
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }

@@ -4,7 +4,8 @@
 seed from ``result.json``, trains the method again under a fresh meter, and compares:
 
 - ``epochs_used`` and ``test_passes``: always exactly (the budget the run claims is the one it used);
-- the predictions, when the run's recorded environment (versions, platform, CPU, threads) is this
+- the predictions, when the run's recorded environment (versions, platform, CPU, threads; the re-execution uses
+  the run's thread count where this machine has the cores) is this
   machine's: **bitwise**, since training is deterministic there;
 - otherwise the re-execution behaves like another seed, so the recorded predictive must be as close
   to the re-execution as seed-to-seed variation allows: its distance to the re-execution (mean total
@@ -18,10 +19,13 @@ marks verified runs.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from approximators import get_method
 from bench import metrics, records
@@ -68,15 +72,54 @@ def _distance(kind: str, a: np.ndarray, b: np.ndarray) -> float:
     return metrics.total_variation(a, b) if kind == "classification" else metrics.w1_distance(a, b)
 
 
-def verify(folder: Path, cache: Path | None = None) -> Verification:
-    """Re-executes the run in ``folder`` on the CPU and compares it with its record."""
+def _method_of(result: dict, folder: Path, method: str | None):
+    """The method class to re-execute the run with. A record names a method; it never chooses code to import:
+    a method from ``package.module:ClassName`` is re-executed only when the caller names it (``method``)."""
+    if method is not None:
+        loaded = get_method(method)
+        if loaded.name != result["method"]:
+            raise VerificationError(f"{folder}: a run of {result['method']!r}, but {method} is {loaded.name!r}")
+        return loaded
+    source = result.get("method_source")
+    try:
+        return get_method(result["method"])
+    except ConfigError:
+        if not source:
+            raise
+        raise VerificationError(f"{folder}: its method came from {source}, and a run's record never chooses code to "
+                                f"import; if you trust that code, pass --method {source}") from None
+
+
+@contextlib.contextmanager
+def _threads_of(result: dict):
+    """Re-executes with the run's own number of torch threads where this machine has that many cores: the thread
+    count changes round-off, so a run made with one thread (a sweep's) is reproducible bitwise only with one."""
+    recorded = (result.get("environment") or {}).get("torch_threads")
+    before = torch.get_num_threads()
+    usable = isinstance(recorded, int) and not isinstance(recorded, bool) and 1 <= recorded <= (os.cpu_count() or 1)
+    if usable:
+        torch.set_num_threads(recorded)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def verify(folder: Path, cache: Path | None = None, method: str | None = None) -> Verification:
+    """Re-executes the run in ``folder`` on the CPU and compares it with its record (``method``: the method to
+    re-execute it with, as ``--method`` takes it; needed for a method loaded as ``package.module:ClassName``)."""
     folder = Path(folder)
     result, recorded = _recorded(folder)
+    with _threads_of(result):
+        return _verify(folder, cache, method, result, recorded)
+
+
+def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, recorded: np.ndarray) -> Verification:
     task = get_task(result["task"], cache)
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
                                 f"settings than this installation's version {task.version}; it cannot be re-executed")
-    method = get_method(result["method"])
+    method = _method_of(result, folder, method)
     try:
         config = method.Config(**result["config"])
     except TypeError as error:

@@ -1,10 +1,14 @@
 """The CI fidelity gate: rerun a small fixed configuration and compare it with a committed baseline.
 
-``update`` runs each method on each embedded task for seeds 0..n-1 (CPU, each method's
-``check_budget`` and default settings) and writes the baseline file: the configuration, the
-environment (package versions, platform, CPU, threads) and, per method and task, every seed's
-``epochs_used`` and ``test_passes`` and every seed's value of every metric of every test block, with
-their mean and standard deviation (ddof = 1).
+``update`` runs each method on each task for seeds 0..n-1 (CPU) and writes the baseline file: the
+configuration, the environment (package versions, platform, CPU, threads) and, per method and task,
+every seed's ``epochs_used`` and ``test_passes`` and every seed's value of every metric of every test
+block, with their mean and standard deviation (ddof = 1). The configuration is what the command line
+chose: the methods (built-in, an installed plugin's name, or ``package.module:ClassName``; default
+every built-in one), the tasks (default every embedded one), the number of seeds, each method's budget
+(``--budget [METHOD=]EPOCHS``; default its ``check_budget``) and settings (``--set [METHOD.]KEY=VALUE``;
+default its defaults for the task). The file stores all of it, and how to load each method, so that a
+plain ``check --baseline FILE`` reruns exactly that configuration.
 
 ``check`` reruns the baseline's configuration (or a subset of its methods and tasks) and compares:
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import shlex
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,7 +51,8 @@ from pathlib import Path
 import scipy.stats
 from tabulate import tabulate
 
-from approximators import METHODS, get_method
+from approximators import METHODS, get_method, resolve_config
+from bench.budget import check_budget_size
 from bench.errors import BenchError
 from bench.runner import RunSpec, environment, run
 from bench.tasks import EMBEDDED, get_task
@@ -81,16 +87,21 @@ def _checked_tolerance(tolerance: float | None) -> float | None:
     return tolerance
 
 
-def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str, float]) -> dict:
-    """Runs each method on its tasks (``{method: [task, ...]}``):
+def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str, float],
+            settings: dict[str, dict[str, str]] | None = None, sources: dict[str, str] | None = None) -> dict:
+    """Runs each method on its tasks (``{method: [task, ...]}``) with its budget, its ``settings`` (``--set``
+    values; default none) and loaded from its ``sources`` entry (default its name):
     {method: {task: [per seed {"metrics": {block: {metric: value}}, "epochs_used", "test_passes"}]}}."""
+    settings, sources = settings or {}, sources or {}
     measured: dict = {}
     with tempfile.TemporaryDirectory(prefix="bdl-bench-check-") as out:
         for method, tasks in tasks_of.items():
+            overrides = tuple(settings.get(method, {}).items())
             for task in tasks:
                 per_seed = []
                 for seed in seeds:
-                    result = run(RunSpec(task=task, method=method, budget=budgets[method], seed=seed, out=Path(out)))
+                    result = run(RunSpec(task=task, method=sources.get(method, method), budget=budgets[method],
+                                         seed=seed, out=Path(out), overrides=overrides))
                     per_seed.append({"metrics": {OVERALL_BLOCK: result["metrics"], **result["metrics_by_block"]},
                                      **{name: result[name] for name in BUDGET_FIELDS}})
                 measured.setdefault(method, {})[task] = per_seed
@@ -133,48 +144,149 @@ def summarise(measured: dict) -> tuple[dict, dict]:
     return runs, results
 
 
+EVERY_METHOD = ""
+"""The key of a ``--budget`` or ``--set`` value given without a method: it applies to every method measured."""
+
+
+def budget_options(texts: list[str] | None) -> dict[str, float]:
+    """``--budget`` values, ``EPOCHS`` or ``METHOD=EPOCHS``: {method or :data:`EVERY_METHOD`: epochs}."""
+    budgets: dict[str, float] = {}
+    for text in texts or []:
+        method, _, epochs = text.rpartition("=")
+        try:
+            value = float(epochs)
+        except ValueError:
+            raise BenchError(f"--budget {text}: write EPOCHS (every method) or METHOD=EPOCHS") from None
+        if method in budgets:
+            raise BenchError(f"--budget given twice for {method or 'every method'}")
+        budgets[method] = _checked_budget(value, f"--budget {text}")
+    return budgets
+
+
+def setting_options(texts: list[str] | None) -> dict[str, dict[str, str]]:
+    """``--set`` values, ``KEY=VALUE`` or ``METHOD.KEY=VALUE``: {method or :data:`EVERY_METHOD`: {key: value}}.
+    A setting's name has no dot, so the last dot before ``=`` ends the method (``pkg.mod:Class.lr=0.1``)."""
+    settings: dict[str, dict[str, str]] = {}
+    for text in texts or []:
+        target, equals, value = text.partition("=")
+        method, _, key = target.rpartition(".")
+        if not equals or not key:
+            raise BenchError(f"--set {text}: write KEY=VALUE (every method) or METHOD.KEY=VALUE")
+        if key in settings.get(method, {}):
+            raise BenchError(f"--set {target} given twice")
+        settings.setdefault(method, {})[key] = value
+    return settings
+
+
+def _checked_budget(value: object, origin: str) -> float:
+    try:
+        return check_budget_size(value)
+    except BenchError as error:
+        raise BenchError(f"{origin}: {error}") from None
+
+
+def _loaded(specs: list[str]) -> dict[str, tuple[str, type]]:
+    """{name: (how it was named, class)} for each method named as ``--method`` takes it (one line for any
+    that cannot be loaded, or for two that are one method)."""
+    loaded: dict[str, tuple[str, type]] = {}
+    for spec in specs:
+        method = get_method(spec)
+        if method.name in loaded:
+            raise BenchError(f"--methods names {method.name!r} twice ({loaded[method.name][0]} and {spec})")
+        loaded[method.name] = (spec, method)
+    return loaded
+
+
+def _budget_of(method: type, given: float | None) -> float:
+    """The budget ``method`` is measured with: the one given, else its ``check_budget`` (a user's class may
+    declare anything there, so it is checked like a budget on the command line)."""
+    return given if given is not None else _checked_budget(method.check_budget, f"{method.name}'s check_budget")
+
+
+def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
+    """``values`` of ``option`` keyed by method names (each given by name or as --methods named it); the value
+    for every method is left out."""
+    by_name: dict = {}
+    for key, value in values.items():
+        if key == EVERY_METHOD:
+            continue
+        if key not in aliases:
+            raise BenchError(f"{option} names {key}, which this update does not measure "
+                             f"({', '.join(dict.fromkeys(aliases.values()))}); add it to --methods")
+        if aliases[key] in by_name:
+            raise BenchError(f"{option} given twice for {aliases[key]}")
+        by_name[aliases[key]] = value
+    return by_name
+
+
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
-           seeds: int | None = None) -> dict:
+           seeds: int | None = None, budgets: dict[str, float] | None = None,
+           settings: dict[str, dict[str, str]] | None = None) -> dict:
     """Measures the configuration and writes the baseline file atomically; returns its contents.
 
-    Without ``methods`` and ``tasks`` the file is rewritten whole. With either, an existing baseline
-    is extended: the measured (method, task) pairs replace theirs and every other pair is kept, which
-    is sound only when the existing file was measured with the same seeds in this environment (else
-    one line says to rewrite it whole).
+    ``methods``: as ``--method`` takes them; default the methods ``budgets`` or ``settings`` name, else every
+    built-in one. ``budgets`` and ``settings`` (as :func:`budget_options` and :func:`setting_options` return
+    them): per method or for every method; default each method's ``check_budget`` and its defaults.
+
+    Without methods and tasks the file is rewritten whole. With either, an existing baseline is extended:
+    the measured (method, task) pairs replace theirs and every other pair is kept, which is sound only when
+    the existing file was measured with the same seeds in this environment, and each method measured again
+    with the budget and settings of its tasks left as they were (else one line says what to do).
     """
-    partial = bool(methods or tasks)
-    methods = methods or list(METHODS)
-    tasks = tasks or list(EMBEDDED)
+    budgets, settings = dict(budgets or {}), dict(settings or {})
+    named = [method for method in [*budgets, *settings] if method != EVERY_METHOD]
+    partial = bool(methods or named or tasks)
+    specs = list(dict.fromkeys(methods or named or METHODS))
+    tasks = list(dict.fromkeys(get_task(task).name for task in tasks or EMBEDDED))
     n_seeds = DEFAULT_SEEDS if seeds is None else seeds
     if n_seeds <= STD_DDOF:
         raise BenchError(f"--seeds must be at least {STD_DDOF + 1} to measure a standard deviation, got {n_seeds}")
-    earlier = _extendable(path, n_seeds) if partial and Path(path).exists() else None
-    budgets = {m: float(get_method(m).check_budget) for m in methods}
+    loaded = _loaded(specs)
+    aliases = {alias: name for name, (spec, _) in loaded.items() for alias in (name, spec)}
+    own_budgets, own_settings = _by_name("--budget", budgets, aliases), _by_name("--set", settings, aliases)
+    sources = {name: spec for name, (spec, _) in loaded.items()}
+    budget_of = {name: _budget_of(method, own_budgets.get(name, budgets.get(EVERY_METHOD)))
+                 for name, (_, method) in loaded.items()}
+    settings_of = {name: {**settings.get(EVERY_METHOD, {}), **own_settings.get(name, {})} for name in loaded}
     for task in tasks:
         load_reference(get_task(task))
+        for name, (_, method) in loaded.items():
+            resolve_config(method, task, settings_of[name])  # an unknown or out-of-bounds setting fails before any run
+    earlier = _extendable(path, n_seeds) if partial and Path(path).exists() else None
+    if earlier is not None:
+        _check_kept_tasks(path, earlier, tasks, budget_of, settings_of)
     started = time.perf_counter()
-    measured = measure({m: tasks for m in methods}, list(range(n_seeds)), budgets)
+    measured = measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources)
     runs, results = summarise(measured)
-    command = " ".join(["python -m bench check --update", f"--baseline {path}", f"--methods {' '.join(methods)}",
-                        *[f"--task {t}" for t in tasks], f"--seeds {n_seeds}"])
+    command = shlex.join([
+        "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--methods", *specs,
+        *[part for task in tasks for part in ("--task", task)], "--seeds", str(n_seeds),
+        *[part for method, epochs in budgets.items() for part in ("--budget", _qualified(method, "=", f"{epochs:g}"))],
+        *[part for method, values in settings.items() for key, value in values.items()
+          for part in ("--set", _qualified(method, ".", f"{key}={value}"))]])
     wall_seconds = time.perf_counter() - started
     commands = [command]
+    names = list(loaded)
     if earlier is not None:
+        configuration = earlier["configuration"]
         for method, by_task in earlier["results"].items():
             for task in by_task:
                 if task not in results.get(method, {}):
                     results.setdefault(method, {})[task] = by_task[task]
                     runs.setdefault(method, {})[task] = earlier["runs"][method][task]
-        methods = [*earlier["configuration"]["methods"], *(m for m in methods if m not in earlier["configuration"]["methods"])]
-        tasks = [*earlier["configuration"]["tasks"], *(t for t in tasks if t not in earlier["configuration"]["tasks"])]
-        budgets = {**earlier["configuration"]["budgets"], **budgets}
+        names = [*configuration["methods"], *(m for m in names if m not in configuration["methods"])]
+        tasks = [*configuration["tasks"], *(t for t in tasks if t not in configuration["tasks"])]
+        budget_of = {**configuration["budgets"], **budget_of}
+        settings_of = {**configuration.get("settings", {}), **settings_of}
+        sources = {**configuration.get("sources", {}), **sources}
         commands = [*earlier.get("commands", [earlier.get("command")]), command]  # "command": files before merging
         wall_seconds += earlier["wall_seconds"]
     baseline = {
         "format": BASELINE_FORMAT,
         "commands": commands,
-        "configuration": {"methods": methods, "tasks": tasks, "seeds": list(range(n_seeds)), "budgets": budgets,
-                          "device": "cpu", "method_settings": "each method's defaults for the task"},
+        "configuration": {"methods": names, "tasks": tasks, "seeds": list(range(n_seeds)), "budgets": budget_of,
+                          "settings": settings_of, "sources": sources, "device": "cpu",
+                          "method_settings": "each method's defaults for the task, then its settings"},
         "std_ddof": STD_DDOF,
         "rule": "budget fields always exact; exact per-seed metrics in the baseline's environment; otherwise "
                 "|z| (fidelity metrics) or z (others, worse) above the Bonferroni-t tolerance, z in standard errors "
@@ -187,6 +299,27 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     }
     atomic_write_bytes(Path(path), json_bytes(baseline))
     return baseline
+
+
+def _qualified(method: str, separator: str, value: str) -> str:
+    """A ``--budget`` or ``--set`` value as the command line takes it: for one method, or for every method."""
+    return value if method == EVERY_METHOD else f"{method}{separator}{value}"
+
+
+def _check_kept_tasks(path: Path, earlier: dict, tasks: list[str], budgets: dict[str, float],
+                      settings: dict[str, dict[str, str]]) -> None:
+    """One line if a method measured again would keep tasks of ``earlier`` measured with another budget or
+    other settings than the configuration now stored for it (its check would rerun them differently)."""
+    configuration = earlier["configuration"]
+    for name in budgets:
+        kept = [task for task in earlier["results"].get(name, {}) if task not in tasks]
+        before = (configuration["budgets"].get(name), configuration.get("settings", {}).get(name, {}))
+        if kept and before != (budgets[name], settings[name]):
+            raise BenchError(
+                f"{path} measured {name} on {', '.join(kept)} with budget {before[0]:g} and settings "
+                f"{before[1] or 'none'}, this update with budget {budgets[name]:g} and settings "
+                f"{settings[name] or 'none'}: measure those tasks again too ({' '.join(f'--task {t}' for t in kept)}) "
+                f"or keep the budget and settings")
 
 
 def _extendable(path: Path, n_seeds: int) -> dict:
@@ -353,18 +486,35 @@ def _standard_error(stats: dict, now_std: float | None, n: int) -> float:
     return math.sqrt((s_base**2 + s_now**2) / n)
 
 
+def _load_gated(path: Path, name: str, source: str) -> None:
+    """One line unless ``source`` (as the baseline says to load ``name``) loads the method named ``name``."""
+    try:
+        method = get_method(source)
+    except BenchError as error:
+        raise BenchError(f"{path} gates the method {name!r}, which cannot be loaded here ({error}); install the "
+                         "package that provides it, or put its module on the Python path") from None
+    if method.name != name:
+        raise BenchError(f"{path} gates the method {name!r}, but {source} now loads a method named {method.name!r}")
+
+
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False) -> Report:
-    """Reruns the baseline's configuration for ``methods`` x ``tasks`` (default: all of the baseline's) and compares."""
+    """Reruns the baseline's configuration for ``methods`` x ``tasks`` (default: all of the baseline's) and compares.
+    ``methods`` by name or as the baseline's update named them (``package.module:ClassName``)."""
     baseline = load_baseline(path)
     tolerance = _checked_tolerance(tolerance)
-    methods = _subset(methods, list(baseline["results"]), "method", path)
-    tasks = _subset(tasks, baseline["configuration"]["tasks"], "task", path)
+    configuration = baseline["configuration"]
+    # Files written before methods could come from outside bdl-bench load every method by its name.
+    sources = {name: configuration.get("sources", {}).get(name, name) for name in baseline["results"]}
+    aliases = {**{source: name for name, source in sources.items()}, **{name: name for name in sources}}
+    methods = _subset([aliases.get(m, m) for m in methods or []], list(baseline["results"]), "method", path)
+    tasks = _subset(tasks, configuration["tasks"], "task", path)
     for method in methods:
-        get_method(method)
+        _load_gated(path, method, sources[method])
     started = time.perf_counter()
     tasks_of = {m: [t for t in tasks if t in baseline["results"][m]] for m in methods}
-    measured = measure(tasks_of, baseline["configuration"]["seeds"], baseline["configuration"]["budgets"])
+    measured = measure(tasks_of, configuration["seeds"], configuration["budgets"], configuration.get("settings"),
+                       sources)
     report = compare(baseline, measured, tolerance, statistical)
     return dataclasses.replace(report, wall_seconds=time.perf_counter() - started)
 
@@ -404,10 +554,14 @@ def compare(baseline: dict, measured: dict, tolerance: float | None = None, stat
 
 def describe_baseline(baseline: dict) -> str:
     rows = []
+    configuration = baseline["configuration"]
     for method, by_task in baseline["results"].items():
+        settings = configuration.get("settings", {}).get(method) or {}
         for task, blocks in by_task.items():
             for metric, stats in blocks[OVERALL_BLOCK].items():
-                rows.append({"method": method, "task": task, "metric": metric, "mean": f"{stats['mean']:.5g}",
+                rows.append({"method": method, "task": task, "budget": f"{configuration['budgets'][method]:g}",
+                             "settings": " ".join(f"{key}={value}" for key, value in settings.items()) or "defaults",
+                             "metric": metric, "mean": f"{stats['mean']:.5g}",
                              f"std (ddof {STD_DDOF})": f"{stats['std']:.3g}", "floor": f"{stats['floor']:.3g}",
                              "floor used": "yes" if stats["floor_used"] else ""})
     n_seeds = len(baseline["configuration"]["seeds"])

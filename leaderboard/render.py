@@ -2,12 +2,24 @@
 
 Every format shows, per track (task at a budget), the ranked method configurations with the mean and
 standard deviation over seeds of every metric, the seed count, the reference's noise floor as the
-ceiling row, and the cost: epochs used and wall-clock seconds (means over seeds). An entry that changed
-the task's network (MC dropout) is marked and footnoted, and carries ``architecture_change`` in CSV and JSON.
+ceiling row, and the cost: epochs used and wall-clock seconds (means over seeds); then the same statistics
+on each test block (clean and shifted parts of the test set), with the noise floor of each. An entry that
+changed the task's network (MC dropout) is marked and footnoted, and carries ``architecture_change`` in CSV
+and JSON.
 
-Stored text (method and task names, submitters, devices, notes, config hashes) came from submitters, so every
-format escapes it for its reader: :func:`csv_text` for spreadsheets, :func:`md_text` for Markdown,
-:func:`html.escape` (tabulate's ``html`` format, :mod:`leaderboard.svg`) for the page; JSON escapes by itself.
+An entry is named by its method, then in parentheses its label where the submitter gave one, else its short
+config hash where the task holds other configurations of the method (:func:`ranking.entry_name`). Markdown
+and the page explain each hash they show (a legend: what the configuration changes from the method's
+defaults, :mod:`leaderboard.configs`) and list the submitters' notes; CSV and JSON carry the label, the
+config hash and the notes in their own fields.
+
+In the page's plots each method keeps one colour on every plot (from its place among the page's sorted
+method names), and each configuration of a method on a task its own marker shape.
+
+Stored text (method and task names, labels, submitters, devices, notes, block names, config hashes and
+configurations) came from submitters, so every format escapes it for its reader: :func:`csv_text` for
+spreadsheets, :func:`md_text` for Markdown, :func:`html.escape` (tabulate's ``html`` format,
+:mod:`leaderboard.svg`) for the page; JSON escapes by itself.
 """
 
 from __future__ import annotations
@@ -21,20 +33,21 @@ from html import escape
 
 from tabulate import tabulate
 
-from leaderboard import reliability, svg
+from leaderboard import configs, reliability, svg
 from leaderboard.ranking import (
     PRIMARY,
     STD_DDOF,
-    Entry,
     Track,
+    by_task,
     changed_network_notes,
     entry_label,
+    entry_name,
     higher_is_better,
     mean_std,
     primary_description,
     tracks,
 )
-from leaderboard.store import RunRow
+from leaderboard.store import OVERALL_BLOCK, RunRow
 
 FORMATS = ("md", "html", "csv", "json")
 FLOOR_ROW = "HMC noise floor"
@@ -109,7 +122,7 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
     rows = [floor]
     for rank, entry in enumerate(track.entries, start=1):
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
-        rows.append({"rank": rank, "method": entry_label(track, entry, quote), "seeds": len(entry.seeds),
+        rows.append({"rank": rank, "method": entry_label(entry, quote), "seeds": len(entry.seeds),
                      **{quote(m): _mean_std_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
                      "verified": f"{entry.verified}/{len(entry.seeds)}",
@@ -119,24 +132,84 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
     return rows
 
 
+BLOCKS_EXPLANATION = ("Per test block: the same statistics on each part of the test set, ranks as on the whole "
+                      "test set, each block's noise floor first")
+
+
+def _block_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
+    """The table of ``track``'s entries on each test block (``quote``: as for :func:`_display_rows`); the seeds are
+    those of the table of the whole test set."""
+    names = track.metric_names
+    rows = []
+    for block in track.blocks:
+        rows.append({"block": quote(block), "rank": "", "method": FLOOR_ROW,
+                     **{quote(m): ("n/a" if track.floor(m, block) is None else f"{track.floor(m, block):.4f}")
+                        for m in names}})
+        for rank, entry in enumerate(track.entries, start=1):
+            values = entry.metrics_by_block.get(block, {})
+            rows.append({"block": quote(block), "rank": rank, "method": entry_label(entry, quote),
+                         **{quote(m): _mean_std_text(values[m]) if values.get(m) else "" for m in names}})
+    return rows
+
+
+def _legend_intro(track: Track, quote: Callable[[str], str] = str) -> str:
+    return (f"Configuration hashes: what each configuration changes from its method's defaults for "
+            f"{quote(track.task)} in this installation")
+
+
+def _configuration_legend(track: Track, quote: Callable[[str], str] = str) -> list[tuple[str, str]]:
+    """(name, what it changes) for each entry of ``track`` shown by its config hash (``quote``: as for
+    :func:`entry_name`)."""
+    return [(entry_name(e, quote), quote(configs.differences(e.method, track.task, e.config, e.source)))
+            for e in track.entries if e.hash_shown]
+
+
+def _notes(track: Track, quote: Callable[[str], str] = str) -> list[tuple[str, str]]:
+    """(name, note) for each distinct note of each entry of ``track``."""
+    return [(entry_name(e, quote), quote(note)) for e in track.entries for note in sorted(e.notes)]
+
+
+def _markdown_list(items: list[tuple[str, str]]) -> str:
+    """A list of ``**name**: text`` items (both escaped): the item starts with our ``**``, so no stored text opens
+    a heading, a quote or another list inside it."""
+    return "".join(f"- **{name}**: {text}\n" for name, text in items)
+
+
+def _html_list(items: list[tuple[str, str]], css_class: str | None = None) -> str:
+    """A ``<ul>`` of ``name: text`` items (both escaped)."""
+    attribute = f' class="{css_class}"' if css_class else ""
+    return f"<ul{attribute}>" + "".join(f"<li>{name}: {text}</li>" for name, text in items) + "</ul>"
+
+
 def _heading(track: Track, quote: Callable[[str], str] = str) -> str:
     return f"{quote(track.task)} v{track.task_version}, budget {track.budget:g} epochs"
 
 
 def markdown(all_tracks: list[Track]) -> str:
-    """Every stored text goes through :func:`md_text`: a name cannot add a column, a row or HTML."""
+    """Every stored text goes through :func:`md_text`: a name cannot add a column, a row or HTML. Lines that
+    hold stored text start with text of ours (a table's ``|``, a list item's ``- **``), so none can become a
+    heading, a quote or a link definition."""
     parts = []
     for track in all_tracks:
         parts.append(f"## {_heading(track, md_text)}\n\n{_explanation(track.kind)}.\n")
         parts.append(tabulate(_display_rows(track, md_text), headers="keys", tablefmt="github",
                               disable_numparse=True) + "\n")
         parts.extend(note + "\n" for note in changed_network_notes(track, md_text))
+        if track.blocks:
+            parts.append(f"{BLOCKS_EXPLANATION}.\n")
+            parts.append(tabulate(_block_rows(track, md_text), headers="keys", tablefmt="github",
+                                  disable_numparse=True) + "\n")
+        legend, notes = _configuration_legend(track, md_text), _notes(track, md_text)
+        if legend:
+            parts.append(f"{_legend_intro(track, md_text)}:\n\n" + _markdown_list(legend))
+        if notes:
+            parts.append("Notes:\n\n" + _markdown_list(notes))
     return "\n".join(parts)
 
 
-def _summary(entry: Entry, metric: str) -> dict:
-    mean, std = entry.summary(metric)
-    return {"mean": mean, "std": std, "values": entry.metrics[metric]}
+def _summary(values: list[float]) -> dict:
+    mean, std = mean_std(values)
+    return {"mean": mean, "std": std, "values": values}
 
 
 def as_json(all_tracks: list[Track]) -> str:
@@ -145,12 +218,16 @@ def as_json(all_tracks: list[Track]) -> str:
         "ranked_by": {kind: list(metrics) for kind, metrics in PRIMARY.items()},
         "tracks": [{
             "task": t.task, "task_version": t.task_version, "kind": t.kind, "budget": t.budget,
-            "reference_sha256": t.reference_sha256, "noise_floor": t.noise_floor,
+            "reference_sha256": t.reference_sha256, "noise_floor": t.noise_floor, "blocks": t.blocks,
             "entries": [{
-                "rank": rank, "method": e.method, "config_hash": e.config_hash, "config": e.config,
-                "source": e.source, "architecture_change": e.architecture_change, "seeds": e.seeds, "metrics": {m: _summary(e, m) for m in e.metrics},
+                "rank": rank, "method": e.method, "label": e.label, "config_hash": e.config_hash, "config": e.config,
+                "source": e.source, "architecture_change": e.architecture_change, "seeds": e.seeds,
+                "metrics": {m: _summary(values) for m, values in e.metrics.items()},
+                "metrics_by_block": {block: {m: _summary(values) for m, values in metrics.items()}
+                                     for block, metrics in e.metrics_by_block.items()},
                 "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
-                "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": sorted(e.devices), "submitters": sorted(e.submitters),
+                "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": sorted(e.devices),
+                "submitters": sorted(e.submitters), "notes": sorted(e.notes),
             } for rank, e in enumerate(t.entries, start=1)],
         } for t in all_tracks],
     }
@@ -158,14 +235,15 @@ def as_json(all_tracks: list[Track]) -> str:
 
 
 def as_csv(all_tracks: list[Track]) -> str:
-    """One line per entry and one noise-floor line per track; ``<metric>_mean`` / ``<metric>_std`` columns.
+    """Per track and block (``all``, the whole test set, first, then each test block): one noise-floor line and one
+    line per entry; ``<metric>_mean`` / ``<metric>_std`` columns. Several notes of an entry are one per line.
 
     Safe to open in a spreadsheet: numbers are written as numbers (unquoted), every text cell is quoted and goes
     through :func:`csv_text` (each element of a ``;``-joined list too), so no stored text runs as a formula."""
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
-    header = ["task", "task_version", "budget", "rank", "method", "config_hash", "architecture_change", "seeds",
-              *[f"{m}_{stat}" for m in names for stat in ("mean", "std")],
-              "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices", "submitters"]
+    header = ["task", "task_version", "budget", "block", "rank", "method", "label", "config_hash",
+              "architecture_change", "seeds", *[f"{m}_{stat}" for m in names for stat in ("mean", "std")],
+              "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices", "submitters", "notes"]
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow([csv_text(name) for name in header])
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC, restval="")
@@ -174,40 +252,47 @@ def as_csv(all_tracks: list[Track]) -> str:
         writer.writerow({name: _csv_cell(value) for name, value in cells.items()})
 
     for t in all_tracks:
-        track_cells = {"task": t.task, "task_version": t.task_version, "budget": _csv_number(t.budget)}
-        write({**track_cells, "method": FLOOR_ROW, **{f"{m}_mean": t.floor(m) for m in t.metric_names}})
-        for rank, e in enumerate(t.entries, start=1):
-            cells = {f"{m}_{stat}": value for m in e.metrics for stat, value in zip(("mean", "std"), e.summary(m))}
-            write({**track_cells, "rank": rank, "method": e.method, "config_hash": e.config_hash,
-                   "architecture_change": e.architecture_change, "seeds": len(e.seeds), **cells,
-                   "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
-                   "wall_seconds_mean": _optional_mean(e.wall_seconds),
-                   "devices": ";".join(csv_text(d) for d in sorted(e.devices)),
-                   "submitters": ";".join(csv_text(s) for s in sorted(e.submitters))})
+        for block in (OVERALL_BLOCK, *t.blocks):
+            track_cells = {"task": t.task, "task_version": t.task_version, "budget": _csv_number(t.budget),
+                           "block": block}
+            write({**track_cells, "method": FLOOR_ROW, **{f"{m}_mean": t.floor(m, block) for m in t.metric_names}})
+            for rank, e in enumerate(t.entries, start=1):
+                metrics = e.metrics if block == OVERALL_BLOCK else e.metrics_by_block.get(block, {})
+                cells = {f"{m}_{stat}": value for m, values in metrics.items()
+                         for stat, value in zip(("mean", "std"), mean_std(values))}
+                write({**track_cells, "rank": rank, "method": e.method, "label": e.label,
+                       "config_hash": e.config_hash, "architecture_change": e.architecture_change,
+                       "seeds": len(e.seeds), **cells,
+                       "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
+                       "wall_seconds_mean": _optional_mean(e.wall_seconds),
+                       "devices": ";".join(csv_text(d) for d in sorted(e.devices)),
+                       "submitters": ";".join(csv_text(s) for s in sorted(e.submitters)),
+                       "notes": "\n".join(csv_text(n) for n in sorted(e.notes))})
     return buffer.getvalue()
 
 
-def _colours(task_tracks: list[Track]) -> dict[tuple[str, str], str]:
-    """One colour per method configuration, the same in every chart of a task."""
-    keys = dict.fromkeys((e.method, e.config_hash) for t in task_tracks for e in t.entries)
-    return {key: svg.color(index) for index, key in enumerate(keys)}
+def _styles(task_tracks: list[Track], methods: list[str]) -> dict[tuple, svg.Style]:
+    """The look of each configuration on a task's plots, by entry identity: its method's colour from the method's
+    place in ``methods`` (the page's sorted method names, so a method has one colour on every plot of the page)
+    and a marker shape per configuration of the method on this task (by label, then config hash)."""
+    identities = sorted({e.identity for t in task_tracks for e in t.entries},
+                        key=lambda identity: (identity[0], identity[2] or "", identity[1]))
+    return {identity: svg.series_style(methods.index(identity[0]),
+                                       [i for i in identities if i[0] == identity[0]].index(identity))
+            for identity in identities}
 
 
-def _fidelity_charts(task_tracks: list[Track], colours: dict[tuple[str, str], str]) -> list[str]:
+def _fidelity_charts(task_tracks: list[Track], styles: dict[tuple, svg.Style]) -> list[str]:
     """Per primary metric: mean ± std against budget (log scale), one line per method configuration."""
     first = task_tracks[0]
-    methods = [method for method, _ in colours]
+    entries = {e.identity: e for t in task_tracks for e in t.entries}
     charts = []
     for metric in PRIMARY[first.kind]:
         series = []
-        for (method, config), colour in colours.items():
-            points = []
-            for t in task_tracks:
-                entry = next((e for e in t.entries if (e.method, e.config_hash) == (method, config)), None)
-                if entry is not None and metric in entry.metrics:
-                    points.append((t.budget, *entry.summary(metric)))
-            label = method if methods.count(method) == 1 else f"{method} [{config[:8]}]"
-            series.append(svg.Series(label, tuple(points), colour))
+        for identity, style in styles.items():
+            points = tuple((t.budget, *e.summary(metric)) for t in task_tracks for e in t.entries
+                           if e.identity == identity and metric in e.metrics)
+            series.append(svg.Series(entry_label(entries[identity]), points, style))
         floor = first.floor(metric)
         if floor is not None:
             series.append(svg.horizontal(FLOOR_ROW, floor))
@@ -217,11 +302,12 @@ def _fidelity_charts(task_tracks: list[Track], colours: dict[tuple[str, str], st
     return charts
 
 
-def _reliability_chart(track: Track, colours: dict[tuple[str, str], str]) -> str | None:
-    """Reliability diagram of every entry on ``track`` with labelled test points, seeds pooled."""
-    series = [svg.Series(entry_label(track, e), tuple((x, y, None) for x, y in reliability.pooled_curve(e.reliability)),
-                         colours[(e.method, e.config_hash)])
-              for e in track.entries if e.reliability]
+def _reliability_chart(track: Track, styles: dict[tuple, svg.Style]) -> str | None:
+    """Reliability diagram of every entry on ``track`` with labelled test points, seeds pooled; the legend in the
+    order of the task's other charts."""
+    entries = sorted((e for e in track.entries if e.reliability), key=lambda e: list(styles).index(e.identity))
+    series = [svg.Series(entry_label(e), tuple((x, y, None) for x, y in reliability.pooled_curve(e.reliability)),
+                         styles[e.identity]) for e in entries]
     if not series:
         return None
     if track.kind == "classification":
@@ -245,19 +331,18 @@ svg .label { font-size: 12px; }
 svg .frame { fill: none; stroke: #999; }
 svg .grid { stroke: #e5e5e5; }
 svg .axis { stroke: #999; }
+.notes li { white-space: pre-line; }
 """
 
 
 def html_page(all_tracks: list[Track]) -> str:
     """One HTML file with inline CSS and SVG: no script, no external resource."""
-    by_task: dict[tuple, list[Track]] = {}
-    for track in all_tracks:
-        by_task.setdefault((track.task, track.task_version, track.reference_sha256), []).append(track)
+    methods = sorted({e.method for t in all_tracks for e in t.entries})
     body = []
-    for (task, version, _), task_tracks in by_task.items():
-        colours = _colours(task_tracks)
-        charts = _fidelity_charts(task_tracks, colours)
-        diagram = _reliability_chart(task_tracks[-1], colours)
+    for (task, version, _), task_tracks in by_task(all_tracks).items():
+        styles = _styles(task_tracks, methods)
+        charts = _fidelity_charts(task_tracks, styles)
+        diagram = _reliability_chart(task_tracks[-1], styles)
         body.append(f'<section id="{escape(task)}"><h2>{escape(task)} v{version}</h2>')
         body.append(f"<p>{escape(_explanation(task_tracks[0].kind))}.</p>")
         body.append('<div class="charts">' + "".join(charts + ([diagram] if diagram else [])) + "</div>")
@@ -265,6 +350,14 @@ def html_page(all_tracks: list[Track]) -> str:
             body.append(f"<h3>{escape(_heading(track))}</h3>")
             body.append(tabulate(_display_rows(track), headers="keys", tablefmt="html", disable_numparse=True))
             body.extend(f"<p>{escape(note)}</p>" for note in changed_network_notes(track))
+            if track.blocks:
+                body.append(f"<p>{escape(BLOCKS_EXPLANATION)}.</p>")
+                body.append(tabulate(_block_rows(track), headers="keys", tablefmt="html", disable_numparse=True))
+            legend, notes = _configuration_legend(track, escape), _notes(track, escape)
+            if legend:
+                body.append(f"<p>{_legend_intro(track, escape)}:</p>" + _html_list(legend))
+            if notes:
+                body.append("<p>Notes:</p>" + _html_list(notes, "notes"))
         body.append("</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>bdl-bench leaderboard</title>"
             f"<style>{STYLE}</style></head><body><h1>bdl-bench leaderboard</h1>"

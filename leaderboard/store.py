@@ -18,6 +18,13 @@ cannot write (read-only media) whose -shm index is absent and cannot be created 
 writer needs that index), so it is read as ``immutable``: no lock, no -wal, -shm or -journal file created.
 If a non-empty -wal lies beside it there, its changes cannot be read that way, and the reader refuses.
 
+A run's identity is its key (:attr:`RunRow.key`: task, task version, method, budget, seed, reference, config hash).
+Its ``label``, a human name for the configuration, is not part of it: two runs that differ only in their label are
+the same run, so they neither become two entries nor replace each other. :meth:`Store.insert` refuses, in one line,
+a run stored under another label, and keeps each configuration's label unambiguous on a task (task, version and
+reference): one configuration (method and config hash) carries one label (or none) over every budget and seed, and
+a label names at most one configuration of a method.
+
 This module imports nothing heavier than the standard library: submitters validate and score
 first (``leaderboard.submission``), then hand finished rows over.
 """
@@ -87,6 +94,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN architecture_change TEXT
     """,
+    # 3 -> 4: the submitter's name for the configuration (`run --label`, `submit --label`), NULL for none.
+    """
+    ALTER TABLE runs ADD COLUMN label TEXT
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -134,6 +145,8 @@ class RunRow:
     """Re-executed under the meter and reproduced (``submit --verify``)."""
     architecture_change: str | None = None
     """How the method changed the task's network, so that it approximates another posterior (None: unchanged)."""
+    label: str | None = None
+    """The submitter's name for the configuration, shown instead of its hash (None: no label)."""
 
     @property
     def key(self) -> tuple:
@@ -224,36 +237,42 @@ class Store:
     def insert(self, rows: list[RunRow]) -> tuple[list[RunRow], list[RunRow]]:
         """Inserts every row in one transaction: all or nothing. Returns (added, already present).
 
-        A row whose key is already stored with the same predictions is "already present" (re-submitting
-        is idempotent); one stored with different predictions is a conflict and nothing is inserted.
+        A row whose key is already stored with the same predictions and label is "already present" (re-submitting
+        is idempotent); one stored with different predictions or another label, or a label that would be ambiguous
+        (see the module's docstring), is a conflict and nothing is inserted.
         """
         added, present = [], []
         with self._write() as db:
             for row in rows:
                 stored = db.execute(
-                    "SELECT predictions_sha256, id, verified FROM runs WHERE task = ? AND task_version = ? "
+                    "SELECT predictions_sha256, id, verified, label FROM runs WHERE task = ? AND task_version = ? "
                     "AND method = ? AND budget = ? AND seed = ? AND reference_sha256 = ? AND config_hash = ?",
                     row.key).fetchone()
                 if stored is not None:
                     if stored[0] != row.predictions_sha256:
                         raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is already on the "
                                          "leaderboard with different predictions; refusing to replace it")
+                    if stored[3] != row.label:
+                        raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is already on the "
+                                         f"leaderboard {_labelled(stored[3])}, submitted now "
+                                         f"{_labelled(row.label)}; a run keeps the label it was first submitted with")
                     if row.verified and not stored[2]:  # the same predictions, now re-executed: mark them
                         db.execute("UPDATE runs SET verified = 1 WHERE id = ?", (stored[1],))
                     present.append(row)
                     continue
+                _check_label(db, row)
                 run_id = db.execute(
                     "INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
                     "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
                     "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
-                    "submitter, notes, finished_at, submitted_at, verified, architecture_change) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "submitter, notes, finished_at, submitted_at, verified, architecture_change, label) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
                      row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
                      row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
                      _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
                      row.notes, row.finished_at, row.submitted_at, int(row.verified),
-                     row.architecture_change)).lastrowid
+                     row.architecture_change, row.label)).lastrowid
                 db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
                                [(run_id, block, name, value) for block, values in row.metrics.items()
                                 for name, value in values.items()])
@@ -277,9 +296,10 @@ class Store:
             records = self._db.execute(f"SELECT * FROM runs{condition} ORDER BY task, task_version, budget, "
                                        "method, config_hash, seed", params).fetchall()
             metrics: dict[int, dict[str, dict[str, float]]] = {}
+            # in the order they were inserted: the whole test set first, then the task's blocks in the task's order
             for run_id, block, name, value in self._db.execute(
-                    f"SELECT run_id, block, name, value FROM metrics WHERE run_id IN (SELECT id FROM runs{condition})",
-                    params):
+                    f"SELECT run_id, block, name, value FROM metrics WHERE run_id IN (SELECT id FROM runs{condition}) "
+                    "ORDER BY rowid", params):
                 metrics.setdefault(run_id, {}).setdefault(block, {})[name] = value
             return [_row_of(record, metrics.get(record["id"], {})) for record in records]
         except sqlite3.DatabaseError as error:
@@ -298,6 +318,40 @@ class Store:
 
     def integrity_ok(self) -> bool:
         return self._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _labelled(label: str | None) -> str:
+    return "without a label" if label is None else f"labelled {label!r}"
+
+
+def _same_label_advice(row: RunRow, label: str | None) -> str:
+    """How the submitter gives ``row`` the stored ``label``: a run folder's label is its record's, set by ``run``."""
+    option = "without --label" if label is None else f"with --label {label!r}"
+    if row.source == "competition-zip":
+        return f"submit it {option}"
+    return f"run it {option} (the label is its record's `label` field)"
+
+
+def _check_label(db: sqlite3.Connection, row: RunRow) -> None:
+    """Refuses a new run whose label would make its configuration's name ambiguous on its task (see the module's
+    docstring): its configuration is stored under another label, or its label names another configuration."""
+    method_on_task = (row.task, row.task_version, row.reference_sha256, row.method)
+    same_method = "task = ? AND task_version = ? AND reference_sha256 = ? AND method = ?"
+    other_label = db.execute(f"SELECT label FROM runs WHERE {same_method} AND config_hash = ? AND label IS NOT ? "
+                             "LIMIT 1", (*method_on_task, row.config_hash, row.label)).fetchone()
+    if other_label is not None:
+        raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is {_labelled(row.label)}, but another "
+                         f"run of this configuration, on the leaderboard or in this submission, is "
+                         f"{_labelled(other_label[0])}; one configuration keeps one label: "
+                         f"{_same_label_advice(row, other_label[0])}")
+    if row.label is None:
+        return
+    other_config = db.execute(f"SELECT config_hash FROM runs WHERE {same_method} AND config_hash != ? AND label = ? "
+                              "LIMIT 1", (*method_on_task, row.config_hash, row.label)).fetchone()
+    if other_config is not None:
+        raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is labelled {row.label!r}, which already "
+                         f"names another configuration of {row.method} on {row.task} (config {other_config[0][:12]}), "
+                         "on the leaderboard or in this submission; choose another label")
 
 
 def _open_for_reading(path: Path) -> sqlite3.Connection:
@@ -392,4 +446,5 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         submitted_at=record["submitted_at"], metrics=metrics,
         # read without migrating: a database of an older schema lacks the columns that later versions added
         verified=bool(record["verified"]) if "verified" in record.keys() else False,
-        architecture_change=record["architecture_change"] if "architecture_change" in record.keys() else None)
+        architecture_change=record["architecture_change"] if "architecture_change" in record.keys() else None,
+        label=record["label"] if "label" in record.keys() else None)

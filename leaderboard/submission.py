@@ -13,6 +13,10 @@ Two kinds of submission:
   Members are read in memory, never extracted; names that are not plain official file names (paths,
   ``..``) are refused, and every member's size is bounded before and while it is read.
 
+A run's label (``result.json``'s ``label``, absent in older records; ``submit --label`` for a zip) is null or 1 to
+``MAX_LABEL_CHARS`` printable characters, not only spaces, as ``run --label`` takes it. It names the configuration
+and is not part of the run's identity: how the store keeps it unambiguous is described in :mod:`leaderboard.store`.
+
 Every failure raises a :class:`bench.errors.BenchError` with one line; nothing here touches the store.
 """
 
@@ -39,7 +43,7 @@ from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import BenchError, ConfigError, DamagedFile
 from bench.io import json_depth, open_regular_file, read_json, read_regular_file
 from bench.records import SEED_LIMIT
-from bench.runner import score
+from bench.runner import MAX_LABEL_CHARS, score
 from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
 from bench.tasks.competition import SUBMISSION_FILES
 from leaderboard import reliability
@@ -234,10 +238,19 @@ def _check_result_ranges(result: dict, path: Path) -> None:
     if source is not None and not _printable(source, MAX_NAME_CHARS):
         raise SubmissionError(f"{path}: method_source must be null or package.module:ClassName of 1 to "
                               f"{MAX_NAME_CHARS} printable characters")
+    check_label(result.get("label"), str(path))
     finished = result.get("finished_at")
     if finished is not None and not _printable(finished, MAX_TIMESTAMP_CHARS):
         raise SubmissionError(f"{path}: finished_at must be null or a timestamp of 1 to {MAX_TIMESTAMP_CHARS} "
                               "printable characters")
+
+
+def check_label(label, source: str) -> None:
+    """``label`` is None (no label) or 1 to ``MAX_LABEL_CHARS`` printable characters, not only spaces, as ``run
+    --label`` takes it (it is shown in table cells and plot legends)."""
+    if label is not None and not (_printable(label, MAX_LABEL_CHARS) and label.strip()):
+        raise SubmissionError(f"{source}: a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only "
+                              "spaces")
 
 
 def check_budget_range(budget: float, source: str) -> None:
@@ -303,10 +316,11 @@ def check_method_name(method: str, source: str) -> None:
         raise SubmissionError(f"{source}: the method name must be 1 to {MAX_NAME_CHARS} printable characters")
 
 
-def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False) -> RunRow:
+def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False,
+              verify_method: str | None = None) -> RunRow:
     """Validates and re-scores one run folder; returns the row to store (recomputed metrics only). With
-    ``verify``, the run is first re-executed under the meter (:mod:`bench.verify`) and refused unless it
-    reproduces."""
+    ``verify``, the run is first re-executed under the meter (:mod:`bench.verify`, with ``verify_method`` for a
+    run of a ``package.module:ClassName`` method) and refused unless it reproduces."""
     folder = Path(folder)
     check_submitter(submitter, notes)
     result = read_result(folder)
@@ -334,7 +348,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     if verify:
         from bench.verify import verify as re_execute
 
-        verification = re_execute(folder, cache)
+        verification = re_execute(folder, cache, verify_method)
         if not verification.passed:
             raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
     architecture_change = _architecture_change(result, source)
@@ -347,7 +361,8 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=scored, verified=verify, architecture_change=architecture_change)
+        submitted_at=_now(), metrics=scored, verified=verify, architecture_change=architecture_change,
+        label=result.get("label"))
 
 
 def _architecture_change(result: dict, source: str) -> str | None:
@@ -391,11 +406,14 @@ def _read_text_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: in
 
 
 def score_competition_zip(path: Path, method: str, budget: float, seed: int, submitter: str, notes: str = "",
-                          file_tasks: dict[str, str] = OFFICIAL_FILES, cache: Path | None = None) -> list[RunRow]:
-    """Scores each official file of a competition zip against its task at the declared ``budget``."""
+                          file_tasks: dict[str, str] = OFFICIAL_FILES, cache: Path | None = None,
+                          label: str | None = None) -> list[RunRow]:
+    """Scores each official file of a competition zip against its task at the declared ``budget``; every row
+    carries ``label``."""
     path = Path(path)
     check_submitter(submitter, notes)
     check_method_name(method, str(path))
+    check_label(label, str(path))
     check_budget_range(budget, str(path))
     with _opening(path, "no such file"):
         file = open_regular_file(path, "submission", "submit a .zip file of the official prediction files")
@@ -433,7 +451,7 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
                 test_passes=None, wall_seconds=None, device=None, versions={},
                 noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
                 submitter=submitter, notes=notes, finished_at=None, submitted_at=_now(),
-                metrics=_scored(task, reference, predictions)))
+                metrics=_scored(task, reference, predictions), label=label))
     return rows
 
 

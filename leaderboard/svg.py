@@ -12,8 +12,35 @@ from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
+LINE_PATTERNS = (None, "2 3", "9 3 2 3")
+"""Stroke dash arrays (None: solid) that tell apart methods sharing a colour once the palette is used up; the
+dashed "6 4" of reference lines (noise floor, diagonal) is not among them."""
+MARKER_CORNERS = {"square": ((-3, -3), (3, -3), (3, 3), (-3, 3)), "triangle": ((0, -4), (3.5, 3), (-3.5, 3)),
+                  "diamond": ((0, -4), (4, 0), (0, 4), (-4, 0))}
+"""Polygon markers, as corners around the point (pixels); circles are drawn as circles."""
+MARKERS = ("circle", *MARKER_CORNERS)
 WIDTH, HEIGHT = 560, 320
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 64, 170, 30, 46
+TICK_CHAR_WIDTH = 7.0
+"""Room taken by one character of an 11 px tick label: digits are 6 to 6.5 px wide in common sans-serif fonts."""
+TICK_LABEL_GAP = 6.0
+TICK_ROW_HEIGHT = 13
+LEGEND_CHARS = 22
+"""Legend entries longer than this are cut (the whole name is in their tooltip): the legend column is 170 px."""
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a series is drawn: its colour, line pattern (an SVG stroke-dasharray; None: solid) and marker shape
+    (one of :data:`MARKERS`; None: no markers)."""
+
+    color: str
+    dash: str | None = None
+    marker: str | None = "circle"
+
+
+REFERENCE_STYLE = Style("#555555", "6 4", None)
+"""Reference lines (the noise floor, the calibrated diagonal): grey, dashed, no markers."""
 
 
 @dataclass(frozen=True)
@@ -22,15 +49,16 @@ class Series:
 
     name: str
     points: tuple[tuple[float, float, float | None], ...]
-    color: str
-    dashed: bool = False
-    markers: bool = True
+    style: Style
     full_width: bool = False
     """A level (one y value) drawn across the whole plot, whatever the x range: its x values are ignored."""
 
 
-def color(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
+def series_style(method_index: int, variant_index: int) -> Style:
+    """The look of the ``variant_index``-th configuration of the ``method_index``-th method: the method's colour
+    (with a line pattern once the palette is used up) and one marker shape per configuration."""
+    pattern = LINE_PATTERNS[method_index // len(PALETTE) % len(LINE_PATTERNS)]
+    return Style(PALETTE[method_index % len(PALETTE)], pattern, MARKERS[variant_index % len(MARKERS)])
 
 
 def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -43,9 +71,39 @@ def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
 
 
+def x_tick_rows(positions: list[float], labels: list[str]) -> list[int]:
+    """The row (0: next to the axis) of each x tick label, for ticks in ascending ``positions`` (pixels): each label
+    takes the first row where it clears the last label placed there, so every tick keeps its label and no two
+    labels overlap, however close the ticks."""
+    row_ends: list[float] = []  # where the last label of each row ends
+    rows = []
+    for x, text in zip(positions, labels):
+        half = len(text) * TICK_CHAR_WIDTH / 2
+        row = next((r for r, end in enumerate(row_ends) if x - half >= end + TICK_LABEL_GAP), len(row_ends))
+        if row == len(row_ends):
+            row_ends.append(0.0)
+        row_ends[row] = x + half
+        rows.append(row)
+    return rows
+
+
+def _marker(shape: str, x: float, y: float, color: str) -> str:
+    if shape == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>'
+    points = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for dx, dy in MARKER_CORNERS[shape])
+    return f'<polygon points="{points}" fill="{color}"/>'
+
+
+def _shortened(name: str) -> str:
+    return name if len(name) <= LEGEND_CHARS else name[:LEGEND_CHARS - 1] + "\u2026"
+
+
 def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log_x: bool = False,
                x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None) -> str:
-    """An SVG ``<svg>`` element: one line per series, error bars, axes with ticks, a legend on the right."""
+    """An SVG ``<svg>`` element: one line per series, error bars, axes with ticks, a legend on the right.
+
+    On a log x axis (budgets) there is a tick at every x present, each labelled (:func:`x_tick_rows`; the chart
+    grows downwards by a row where labels would otherwise overlap)."""
     xs = [p[0] for s in series if not s.full_width for p in s.points]
     ys = [v for s in series for p in s.points for v in
           ((p[1],) if p[2] is None else (p[1] - p[2], p[1] + p[2]))]
@@ -59,6 +117,7 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     if tx_high == tx_low:
         tx_low, tx_high = tx_low - 0.5, tx_high + 0.5
     plot_w, plot_h = WIDTH - MARGIN_LEFT - MARGIN_RIGHT, HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+    plot_bottom = MARGIN_TOP + plot_h
 
     def px(x: float) -> float:
         return MARGIN_LEFT + (transform(x) - tx_low) / (tx_high - tx_low) * plot_w
@@ -66,51 +125,58 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     def py(y: float) -> float:
         return MARGIN_TOP + (y_high - y) / (y_high - y_low) * plot_h
 
-    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-              f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">'),
+    x_ticks = sorted(set(xs)) if log_x else _nice_ticks(x_low, x_high)
+    x_tick_labels = [f"{x:g}" for x in x_ticks]
+    rows = x_tick_rows([px(x) for x in x_ticks], x_tick_labels)
+    height = HEIGHT + TICK_ROW_HEIGHT * max(rows, default=0)
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+              f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">'),
              f'<text x="{MARGIN_LEFT}" y="18" class="title">{escape(title)}</text>',
              f'<rect x="{MARGIN_LEFT}" y="{MARGIN_TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>']
-    x_ticks = sorted(set(xs)) if log_x else _nice_ticks(x_low, x_high)
-    for x in x_ticks:
-        parts.append(f'<line x1="{px(x):.1f}" y1="{MARGIN_TOP + plot_h}" x2="{px(x):.1f}" '
-                     f'y2="{MARGIN_TOP + plot_h + 4}" class="axis"/>'
-                     f'<text x="{px(x):.1f}" y="{MARGIN_TOP + plot_h + 16}" class="tick" '
-                     f'text-anchor="middle">{x:g}</text>')
+    for x, text, row in zip(x_ticks, x_tick_labels, rows):
+        drop = TICK_ROW_HEIGHT * row  # a label moved down a row keeps a longer tick leading to it
+        parts.append(f'<line x1="{px(x):.1f}" y1="{plot_bottom}" x2="{px(x):.1f}" y2="{plot_bottom + 4 + drop}" '
+                     f'class="axis"/><text x="{px(x):.1f}" y="{plot_bottom + 16 + drop}" class="tick" '
+                     f'text-anchor="middle">{text}</text>')
     for y in _nice_ticks(y_low, y_high):
         parts.append(f'<line x1="{MARGIN_LEFT}" y1="{py(y):.1f}" x2="{MARGIN_LEFT + plot_w}" y2="{py(y):.1f}" '
                      f'class="grid"/><text x="{MARGIN_LEFT - 6}" y="{py(y) + 4:.1f}" class="tick" '
                      f'text-anchor="end">{y:.4g}</text>')
-    parts.append(f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{HEIGHT - 8}" class="label" '
+    parts.append(f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{height - 8}" class="label" '
                  f'text-anchor="middle">{escape(x_label)}</text>')
     parts.append(f'<text transform="translate(14 {MARGIN_TOP + plot_h / 2:.1f}) rotate(-90)" class="label" '
                  f'text-anchor="middle">{escape(y_label)}</text>')
     for index, s in enumerate(series):
+        color = s.style.color
         if s.full_width:
             level = py(s.points[0][1])
             path = f"{MARGIN_LEFT},{level:.1f} {MARGIN_LEFT + plot_w},{level:.1f}"
         else:
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in s.points)
-        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{s.color}" stroke-width="2"{dash}>'
+        dash = f' stroke-dasharray="{s.style.dash}"' if s.style.dash else ""
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}>'
                      f"<title>{escape(s.name)}</title></polyline>")
         for x, y, error in s.points:
             if error is not None:
                 parts.append(f'<line x1="{px(x):.1f}" y1="{py(y - error):.1f}" x2="{px(x):.1f}" '
-                             f'y2="{py(y + error):.1f}" stroke="{s.color}"/>')
-            if s.markers:
-                parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{s.color}"/>')
-        legend_y = MARGIN_TOP + 14 + 18 * index
-        parts.append(f'<line x1="{WIDTH - MARGIN_RIGHT + 12}" y1="{legend_y - 4}" x2="{WIDTH - MARGIN_RIGHT + 32}" '
-                     f'y2="{legend_y - 4}" stroke="{s.color}" stroke-width="2"{dash}/>'
-                     f'<text x="{WIDTH - MARGIN_RIGHT + 38}" y="{legend_y}" class="legend">{escape(s.name)}</text>')
+                             f'y2="{py(y + error):.1f}" stroke="{color}"/>')
+            if s.style.marker:
+                parts.append(_marker(s.style.marker, px(x), py(y), color))
+        legend_x, legend_y = WIDTH - MARGIN_RIGHT + 12, MARGIN_TOP + 14 + 18 * index
+        parts.append(f'<line x1="{legend_x}" y1="{legend_y - 4}" x2="{legend_x + 20}" y2="{legend_y - 4}" '
+                     f'stroke="{color}" stroke-width="2"{dash}/>')
+        if s.style.marker:
+            parts.append(_marker(s.style.marker, legend_x + 10, legend_y - 4, color))
+        parts.append(f'<text x="{legend_x + 26}" y="{legend_y}" class="legend">{escape(_shortened(s.name))}'
+                     f"<title>{escape(s.name)}</title></text>")
     parts.append("</svg>")
     return "".join(parts)
 
 
-def horizontal(name: str, y: float, colour: str = "#555555") -> Series:
+def horizontal(name: str, y: float) -> Series:
     """A dashed horizontal line across the plot at ``y`` (e.g. the reference's noise floor)."""
-    return Series(name, ((0.0, y, None),), colour, dashed=True, markers=False, full_width=True)
+    return Series(name, ((0.0, y, None),), REFERENCE_STYLE, full_width=True)
 
 
 def diagonal(name: str = "calibrated") -> Series:
-    return Series(name, ((0.0, 0.0, None), (1.0, 1.0, None)), "#555555", dashed=True, markers=False)
+    return Series(name, ((0.0, 0.0, None), (1.0, 1.0, None)), REFERENCE_STYLE)

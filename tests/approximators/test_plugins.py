@@ -101,3 +101,43 @@ def test_a_broken_plugin_is_listed_without_hiding_the_others(run_cli, plugin):
     plugin("broken = broken_plugin:Method\n")
     code, out, _ = run_cli("methods")
     assert code == 0 and "cannot be loaded" in out and "two MAP networks" in out
+
+
+def test_verify_re_executes_a_module_method_only_when_named(tmp_path, run_cli, monkeypatch):
+    """A module that no installed package registers: the record names it, but only the caller may import it."""
+    (tmp_path / "loose_methods.py").write_text(MODULE + "\nclass Triplets(Twins):\n    name = 'triplets'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "runs"
+    assert run_cli("--method", "loose_methods:Twins", "--budget", "2", "--task", "toy-gap", "--out", out,
+                   "--quiet")[0] == 0
+    folder = records.run_folder(out, "toy-gap", "twins", 2, 0)
+    code, _, err = run_cli("verify", folder)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "pass --method loose_methods:Twins")
+    code, _, err = run_cli("verify", folder, "--method", "loose_methods:Triplets")
+    assert code != 0 and "a run of 'twins'" in err  # only the named method, never another one
+    code, out_text, err = run_cli("verify", folder, "--method", "loose_methods:Twins")
+    assert code == 0, err
+    assert "verified (bitwise)" in out_text
+
+
+def test_methods_lists_one_module_method_with_its_task_settings(run_cli, plugin):
+    plugin()
+    code, out, err = run_cli("methods", "--method", "twins_plugin:Twins", "--task", "digits")
+    assert code == 0, err
+    assert "twins_plugin:Twins" in out and "batch_size=64*" in out and "sgd " not in out
+
+
+def test_submit_verifies_a_module_method_only_with_the_method_named(tmp_path, run_cli, monkeypatch):
+    (tmp_path / "loose_methods.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out, db = tmp_path / "runs", tmp_path / "board.sqlite"
+    assert run_cli("--method", "loose_methods:Twins", "--budget", "2", "--task", "toy-gap", "--out", out,
+                   "--quiet")[0] == 0
+    code, _, err = run_cli("submit", out, "--db", db, "--verify")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "pass --method loose_methods:Twins")
+    assert not db.exists()
+    code, _, err = run_cli("submit", out, "--db", db, "--method", "loose_methods:Twins")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "a run folder records its own method")
+    code, text, err = run_cli("submit", out, "--db", db, "--verify", "--method", "loose_methods:Twins")
+    assert code == 0, err
+    assert "1 added" in text

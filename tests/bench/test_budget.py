@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from bench.budget import BudgetMeter, MeteredData
+from bench.budget import PROGRESS_REPORTS, BudgetMeter, MeteredData
 from bench.errors import BudgetExhausted, MeterMisuse
 
 
@@ -111,3 +111,39 @@ def test_test_passes_refuse_negative_rows():
     meter = BudgetMeter(1, n_train=10)
     with pytest.raises(MeterMisuse):
         meter.record_test_pass(-25, n_test=25)
+
+
+def test_the_progress_observer_hears_the_epochs_used_as_they_are_charged_and_when_the_budget_is_spent():
+    heard = []
+    meter = BudgetMeter(2, n_train=10, on_progress=heard.append)
+    meter.charge(3)
+    meter.charge(12)
+    with pytest.raises(BudgetExhausted):
+        meter.charge(6)
+    assert heard == [0.3, 1.5], "a refused charge is not reported"
+    meter.charge(5)
+    assert heard == [0.3, 1.5, 2.0]
+
+
+def test_the_progress_observer_is_called_at_most_a_thousand_times_per_run_and_ends_on_the_last_charge():
+    """A long run of small batches: the observer hears each 1/1000 of the budget once, not every batch."""
+    heard = []
+    meter = BudgetMeter(7.3, n_train=1000, on_progress=heard.append)  # 7300 examples: a report every 8
+    while meter.epochs_left > 0:
+        meter.charge(min(3, meter._limit - meter.examples))
+    assert 900 < len(heard) <= PROGRESS_REPORTS
+    assert heard == sorted(heard) and heard[-1] == meter.epochs_used == 7.3
+
+
+def test_a_runs_meter_reports_its_progress_to_the_runner_s_caller(tmp_path):
+    from bench.runner import RunSpec, run
+
+    heard = []
+    result = run(RunSpec(task="toy-gap", method="sgd", budget=2, out=tmp_path), on_progress=heard.append)
+    assert heard and heard == sorted(heard) and heard[-1] == result["epochs_used"] == 2
+
+
+def test_the_progress_observer_cannot_be_replaced():
+    meter = BudgetMeter(1, n_train=10)
+    with pytest.raises(MeterMisuse, match="read-only"):
+        meter._on_progress = print

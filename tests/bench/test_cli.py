@@ -101,8 +101,9 @@ def test_module_entry_point_exits_non_zero_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "bench", "--method", "nope", "--budget", "1"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    from approximators import METHODS
-    assert proc.stderr.strip() == (f"error: unknown method 'nope'; known methods: {', '.join(METHODS)} "
+    from approximators import METHODS, installed_methods
+    known = [*METHODS, *sorted(installed_methods())]  # an installed plugin (the example package) is known too
+    assert proc.stderr.strip() == (f"error: unknown method 'nope'; known methods: {', '.join(known)} "
                                    "(or package.module:ClassName)")
 
 
@@ -132,3 +133,65 @@ def test_repeated_seeds_run_once_each(tmp_path, run_cli):
                              "--seed", "3", "--seed", "1", "--seed", "3")
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "toy-gap" / "sgd" / "budget-1").iterdir()) == ["seed-1", "seed-3"]
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    from bench.cli import build_parser
+
+    def silent(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from silent(sub, [*path, name])
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                yield " ".join([*path, *(action.option_strings or [action.dest])])
+
+    assert list(silent(build_parser(), [])) == []
+
+
+def test_a_record_says_how_the_run_was_asked_for_and_from_which_commit(tmp_path, run_cli):
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--quiet",
+                           "--label", "plain MAP, 1 epoch")
+    assert code == 0, err
+    result = json.loads((tmp_path / "toy-gap" / "sgd" / "budget-1" / "seed-0" / "result.json").read_text())
+    assert result["label"] == "plain MAP, 1 epoch"
+    assert result["command"] == ("python -m bench --method sgd --budget 1 --task toy-gap --out "
+                                 f"{tmp_path} --quiet --label 'plain MAP, 1 epoch'")
+    checkout = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if not (checkout / ".git").exists() or head.returncode != 0:
+        pytest.skip("not run from a git checkout with a commit")
+    assert result["git"]["commit"] == head.stdout.strip() and isinstance(result["git"]["dirty"], bool)
+
+
+@pytest.mark.parametrize("label", ["", "   ", "two\nlines", "x" * 101])
+def test_a_label_that_cannot_be_shown_is_refused_before_training(tmp_path, run_cli, label):
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--label", label)
+    assert code == 2 and err.count("\n") == 1 and "a label must be" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_methods_for_a_task_shows_the_values_a_run_there_uses(run_cli):
+    from dataclasses import asdict
+
+    from approximators import get_method, resolve_config
+
+    code, out, _ = run_cli("methods", "--task", "digits", "--method", "sgd")
+    assert code == 0
+    digits = asdict(resolve_config(get_method("sgd"), "digits"))
+    line = [line for line in out.splitlines() if line.startswith("sgd ")][-1]  # the settings table's row
+    for key, value in digits.items():
+        marked = "*" if value != getattr(get_method("sgd").Config(), key) else ""
+        assert f"{key}={value}{marked}" in line
+    assert "batch_size=64*" in line  # digits' own default, not the class's 32
+    code, out, _ = run_cli("methods", "--method", "sgd")
+    assert "batch_size=32," in out
+
+
+def test_tasks_prints_tables_not_python_values(run_cli):
+    code, out, _ = run_cli("tasks")
+    assert code == 0
+    assert "{'" not in out and "('" not in out
+    assert "shifts.blur.gaussian_sigma=0.8" in out and "clean (rows 0-360)" in out

@@ -82,3 +82,20 @@ def test_a_competition_zip_cannot_be_verified(tmp_path, run_cli):
     code, _, err = run_cli("submit", tmp_path / "s.zip", "--method", "m", "--budget", "10", "--verify",
                            "--db", tmp_path / "db.sqlite")
     assert code == 2 and "cannot be re-executed" in err
+
+
+def test_a_run_made_with_another_thread_count_verifies_bitwise_with_its_own(tmp_path):
+    """sgd on diabetes-gap changes round-off with the thread count; the re-execution takes the run's count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run(RunSpec(task="diabetes-gap", method="sgd", budget=2, out=tmp_path))
+    finally:
+        torch.set_num_threads(before)
+    if before == 1:
+        pytest.skip("this machine runs one thread: nothing differs")
+    verification = verify(records.run_folder(tmp_path, "diabetes-gap", "sgd", 2, 0))
+    assert (verification.mode, verification.passed) == ("bitwise", True), verification.detail
+    assert torch.get_num_threads() == before

@@ -121,13 +121,51 @@ def test_page_loads_cleanly_and_shows_tables_and_plots(browser, tmp_path, make_r
         page.write_text(html_page(ranking.tracks(db.runs())))
     browser.load(page.as_uri())
     assert browser.problems() == []
-    assert browser.evaluate("document.querySelectorAll('table').length") == 4
+    # per track its table, and per digits track (two budgets) the table of its test blocks
+    assert browser.evaluate("document.querySelectorAll('table').length") == 6
     headers = browser.evaluate("[...document.querySelectorAll('th')].map(th => th.textContent.trim())")
     assert {"agreement", "total_variation", "w2", "seeds", "epochs used"} <= set(headers)
     assert browser.evaluate("document.body.innerText").count("HMC noise floor") >= 4
     # digits: agreement and TV against budget + a reliability diagram; toy-gap: W2 + a reliability diagram.
     assert browser.evaluate("document.querySelectorAll('svg polyline').length") >= 5
     assert browser.evaluate("[...document.querySelectorAll('svg')].every(s => s.getBBox().width > 0)")
+
+
+OVERLAPPING_X_TICK_LABELS = """
+[...document.querySelectorAll('svg')].flatMap(svg => {
+  const boxes = [...svg.querySelectorAll('text.tick[text-anchor=middle]')].map(t => [t.textContent, t.getBBox()]);
+  return boxes.flatMap(([a, p], i) => boxes.slice(i + 1).filter(([b, q]) =>
+    p.x < q.x + q.width && q.x < p.x + p.width && p.y < q.y + q.height && q.y < p.y + p.height).map(([b]) => a + '/' + b));
+})"""
+
+
+def test_labels_legends_and_every_budget_tick_show_in_the_browser(browser, tmp_path, make_run):
+    """Two tasks at budgets as close as 10 and 12: every budget is labelled under each chart, and no two labels'
+    rendered boxes overlap; labels, the legend of the shown hashes and the notes are on the page."""
+    budgets = (3, 10, 12, 30, 100, 1000)
+    runs = tmp_path / "runs"
+    for budget in budgets:
+        for seed in range(2):
+            amount = 1 / budget ** 0.5 + 0.01 * seed
+            make_run(runs / "a", "digits", method="de", seed=seed, budget=budget, amount=amount)
+            make_run(runs / "b", "digits", method="de", seed=seed, budget=budget, amount=amount, config={"members": 3})
+            make_run(runs / "c", "toy-gap", method="sgd", seed=seed, budget=budget, amount=amount, label="tuned")
+    from leaderboard.submission import run_folders, score_run
+
+    with Store(tmp_path / "db.sqlite") as db:
+        db.insert([score_run(folder, "alice", "a note") for folder in run_folders([runs])])
+        page = tmp_path / "page.html"
+        page.write_text(html_page(ranking.tracks(db.runs())))
+    browser.load(page.as_uri())
+    assert browser.problems() == []
+    ticks = browser.evaluate("[...document.querySelectorAll('svg')].filter(s => s.getAttribute('aria-label')"
+                             ".includes('against budget')).map(s => [...s.querySelectorAll('text.tick[text-anchor="
+                             "middle]')].map(t => t.textContent))")
+    assert len(ticks) == 3 and all(labels == [str(b) for b in budgets] for labels in ticks)
+    assert browser.evaluate(OVERLAPPING_X_TICK_LABELS) == []
+    text = browser.evaluate("document.body.innerText")
+    assert "sgd (tuned)" in text and "what each configuration changes from its method's defaults" in text
+    assert "members = 3 (default 5)" in text and "a note" in text
 
 
 def test_the_browser_check_sees_errors_and_requests(browser, tmp_path):

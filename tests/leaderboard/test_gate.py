@@ -15,6 +15,7 @@ from approximators.map import MAP_DEFAULTS
 from bench.budget import MeteredData
 from bench.tasks import EMBEDDED
 from leaderboard import gate
+from tests.reliability.test_error_boundary import assert_one_line
 
 BASELINE = Path(__file__).parents[2] / "benchmarks" / "baseline.json"
 SUBSET = ("--methods", "de", "--task", "toy-gap")
@@ -165,3 +166,149 @@ def test_a_partial_update_extends_the_baseline_and_refuses_to_mix_seeds_or_envir
     code, _, err = run_cli(*first, "--methods", "sgd")
     assert code == 2 and "another environment (torch differ)" in err and len(err.strip().splitlines()) == 1
     assert json.loads(path.read_text())["results"]["sgd"] == sgd_before  # a refused update writes nothing
+
+
+USER_METHODS = '''
+from approximators.map import DeepEnsemble
+
+
+class Pair(DeepEnsemble):
+    """A user's method, outside bdl-bench: two MAP networks."""
+
+    name = "pair"
+    summary = "two MAP networks"
+    check_budget = 6.0
+
+    def n_members(self):
+        return 2
+
+
+Twin = Pair
+
+
+class Unbudgeted(Pair):
+    name = "unbudgeted"
+    check_budget = "a lot"
+'''
+PAIR = "gate_user.methods:Pair"
+
+
+@pytest.fixture
+def user_method(tmp_path):
+    """The package ``gate_user`` (module ``methods``) on sys.path, as a user's own checkout would put it."""
+    import sys
+
+    (tmp_path / "site" / "gate_user").mkdir(parents=True)
+    (tmp_path / "site" / "gate_user" / "__init__.py").write_text("")
+    (tmp_path / "site" / "gate_user" / "methods.py").write_text(USER_METHODS)
+    sys.path.insert(0, str(tmp_path / "site"))
+    yield PAIR
+    sys.path.remove(str(tmp_path / "site"))
+    for module in ("gate_user", "gate_user.methods"):
+        sys.modules.pop(module, None)
+
+
+def _update(run_cli, path, *options):
+    return run_cli("check", "--update", "--baseline", path, "--task", "toy-gap", "--seeds", "2", *options)
+
+
+def test_a_user_method_is_gated_with_the_budget_and_settings_its_baseline_stores(tmp_path, run_cli, user_method):
+    path = tmp_path / "mine.json"
+    code, out, err = _update(run_cli, path, "--methods", user_method, "--budget", "4", "--set", "lr=0.02")
+    assert code == 0, err
+    content = json.loads(path.read_text())
+    configuration = content["configuration"]
+    assert set(content["results"]) == {"pair"} and configuration["methods"] == ["pair"]  # no built-in measured
+    assert configuration["sources"] == {"pair": user_method}
+    assert configuration["budgets"] == {"pair": 4.0} and content["runs"]["pair"]["toy-gap"]["epochs_used"] == [4.0] * 2
+    assert configuration["settings"] == {"pair": {"lr": "0.02"}}
+    assert content["commands"][0].endswith(f"--methods {user_method} --task toy-gap --seeds 2 --budget 4 --set lr=0.02")
+    code, out, err = run_cli("check", "--baseline", path)  # reruns the stored budget and settings, or moves
+    assert code == 0 and "check passed (exact)" in out, out + err
+    code, out, _ = run_cli("check", "--baseline", path, "--methods", user_method)  # named as the update named it
+    assert code == 0 and "check passed (exact)" in out
+
+    defaults = tmp_path / "defaults.json"
+    assert _update(run_cli, defaults, "--methods", user_method, "--budget", "4")[0] == 0
+    assert json.loads(defaults.read_text())["results"]["pair"]["toy-gap"]["all"]["w2"]["values"] \
+        != content["results"]["pair"]["toy-gap"]["all"]["w2"]["values"], "--set lr=0.02 reached the runs"
+
+
+def test_budgets_and_settings_per_method_and_the_methods_they_name(tmp_path, run_cli, user_method):
+    path = tmp_path / "mixed.json"
+    code, _, err = _update(run_cli, path, "--methods", "sgd", user_method, "--budget", "3", "--budget", f"{PAIR}=4",
+                           "--set", f"{PAIR}.min_lr=0.001")
+    assert code == 0, err
+    configuration = json.loads(path.read_text())["configuration"]
+    assert configuration["budgets"] == {"sgd": 3.0, "pair": 4.0}
+    assert configuration["settings"] == {"sgd": {}, "pair": {"min_lr": "0.001"}}
+    assert run_cli("check", "--baseline", path)[0] == 0
+
+    named = tmp_path / "named.json"
+    code, _, err = _update(run_cli, named, "--budget", f"{PAIR}=4")
+    assert code == 0, err
+    content = json.loads(named.read_text())
+    assert set(content["results"]) == {"pair"}, "naming one's method is not a request to measure every built-in"
+
+
+def test_a_user_method_defaults_to_its_check_budget(tmp_path, run_cli, user_method):
+    path = tmp_path / "mine.json"
+    assert _update(run_cli, path, "--methods", user_method)[0] == 0
+    assert json.loads(path.read_text())["runs"]["pair"]["toy-gap"]["epochs_used"] == [6.0, 6.0]
+
+
+def test_a_method_the_baseline_gates_but_cannot_load_is_one_line(tmp_path, run_cli, user_method):
+    import sys
+
+    path = tmp_path / "mine.json"
+    assert _update(run_cli, path, "--methods", user_method, "--budget", "2")[0] == 0
+    sys.path.remove(str(tmp_path / "site"))
+    sys.modules.pop("gate_user.methods"), sys.modules.pop("gate_user")
+    code, _, err = run_cli("check", "--baseline", path)
+    assert_one_line(code, err, 2, f"{path} gates the method 'pair', which cannot be loaded here",
+                    "cannot import gate_user.methods", "install the package that provides it")
+    sys.path.insert(0, str(tmp_path / "site"))  # for the fixture's teardown
+
+
+@pytest.mark.parametrize("options, message", [
+    (("--methods", "sgd", "--budget", "nope=3"), "--budget names nope, which this update does not measure (sgd)"),
+    (("--methods", "sgd", "--budget", "many"), "--budget many: write EPOCHS (every method) or METHOD=EPOCHS"),
+    (("--methods", "sgd", "--budget", "sgd=0"), "--budget sgd=0: the budget must be a positive number of epochs"),
+    (("--methods", "sgd", "--budget", "3", "--budget", "4"), "--budget given twice for every method"),
+    (("--methods", PAIR, "--budget", "pair=3", "--budget", f"{PAIR}=4"), "--budget given twice for pair"),
+    (("--methods", "sgd", "--set", "lr"), "--set lr: write KEY=VALUE (every method) or METHOD.KEY=VALUE"),
+    (("--methods", "sgd", PAIR, "--set", f"{PAIR}.nosuch=1"), "method 'pair' has no setting 'nosuch'"),
+    (("--methods", PAIR, "--set", "lr=-1"), "pair: lr must lie in (0, inf)"),
+    (("--methods", PAIR, "gate_user.methods:Twin"), "--methods names 'pair' twice"),
+    (("--methods", "gate_user.methods:Unbudgeted"), "unbudgeted's check_budget: the budget must be a positive number"),
+    (("--methods", "gate_user.methods:Missing"), "gate_user.methods has no Missing"),
+])
+def test_a_bad_update_of_a_user_baseline_is_one_line_before_any_run(tmp_path, run_cli, user_method, monkeypatch,
+                                                                     options, message):
+    def no_run(spec):
+        raise AssertionError(f"{spec.method} ran before the update's options were checked")
+
+    monkeypatch.setattr(gate, "run", no_run)
+    code, _, err = _update(run_cli, tmp_path / "mine.json", *options)
+    assert_one_line(code, err, 2, message)
+    assert not (tmp_path / "mine.json").exists()
+
+
+def test_budgets_and_settings_are_update_options(run_cli):
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--budget", "3")
+    assert_one_line(code, err, 2, "--budget and --set choose what --update measures")
+
+
+def test_a_partial_update_refuses_to_leave_tasks_measured_with_another_budget(tmp_path, run_cli, user_method):
+    path = tmp_path / "mine.json"
+    assert _update(run_cli, path, "--methods", user_method, "--budget", "2")[0] == 0
+    before = path.read_bytes()
+    code, _, err = run_cli("check", "--update", "--baseline", path, "--task", "diabetes-gap", "--seeds", "2",
+                           "--methods", user_method, "--budget", "4")
+    assert_one_line(code, err, 2, f"{path} measured pair on toy-gap with budget 2 and settings none, this update "
+                                  "with budget 4", "--task toy-gap")
+    assert path.read_bytes() == before
+    code, _, err = run_cli("check", "--update", "--baseline", path, "--task", "diabetes-gap", "--seeds", "2",
+                           "--methods", user_method, "--budget", "2")
+    assert code == 0, err
+    assert set(json.loads(path.read_text())["results"]["pair"]) == {"toy-gap", "diabetes-gap"}

@@ -3,11 +3,15 @@
 import csv
 import dataclasses
 import io
+import itertools
 import json
+import re
+from html import escape as html_escape
 
 import pytest
 
-from leaderboard import ranking
+from approximators import METHODS, resolve_config
+from leaderboard import configs, ranking, submission
 from leaderboard.render import html_page, render
 from leaderboard.store import Store
 
@@ -86,7 +90,7 @@ def test_empty_selection_and_missing_database_are_clear_errors(board, tmp_path, 
 def test_noise_floor_spans_the_plot_even_with_a_single_budget():
     from leaderboard import svg
 
-    chart = svg.line_chart("t", [svg.Series("m", ((20.0, 0.9, 0.01),), "#000000"), svg.horizontal("floor", 0.99)],
+    chart = svg.line_chart("t", [svg.Series("m", ((20.0, 0.9, 0.01),), svg.Style("#000000")), svg.horizontal("floor", 0.99)],
                            "budget", "agreement", log_x=True)
     left, right = svg.MARGIN_LEFT, svg.WIDTH - svg.MARGIN_RIGHT
     floor_line = [part for part in chart.split("<polyline") if "<title>floor</title>" in part][0]
@@ -119,3 +123,170 @@ def test_a_built_in_method_that_changes_the_network_must_say_how(tmp_path, db_pa
     make_run(tmp_path / "runs", "digits", method="mc-dropout")
     code, _, err = run_cli("submit", str(tmp_path / "runs"), "--name", "a")
     assert code != 0 and "architecture_change" in err and len(err.strip().splitlines()) == 1
+
+
+DE_DIGITS = dataclasses.asdict(resolve_config(METHODS["de"], "digits"))
+"""de's defaults for digits, as a run record stores its configuration."""
+
+
+def html_cells(page: str) -> list[str]:
+    """The text of every table cell of the page (tabulate pads it with spaces)."""
+    return [cell.strip() for cell in re.findall(r"<td>([^<]*)</td>", page)]
+
+
+def markdown_cells(page: str) -> list[str]:
+    return [cell.strip() for line in page.splitlines() if line.startswith("|") for cell in line.split("|")]
+
+
+@pytest.fixture
+def configurations(tmp_path, db_path, make_run, run_cli):
+    """On digits: de with its defaults, with fewer members, with another lr (labelled); sgd labelled; a plugin that
+    is not installed here, in two configurations. Returns the config hashes by name."""
+    runs = tmp_path / "runs"
+    configs = {"defaults": DE_DIGITS, "members": {**DE_DIGITS, "members": 3}, "lr": {**DE_DIGITS, "lr": 0.01},
+               "renamed": {**{k: v for k, v in DE_DIGITS.items() if k != "members"}, "ensemble_size": 3}}
+    for index, (name, config) in enumerate(configs.items()):
+        for seed in range(2):
+            make_run(runs / name, "digits", method="de", seed=seed, config=config, amount=0.1 + 0.05 * index,
+                     **({"label": "fast lr"} if name == "lr" else {}))
+    make_run(runs / "sgd", "digits", method="sgd", config={"lr": 0.1}, label="tuned", amount=0.4)
+    for depth in (3, 4):
+        make_run(runs / f"plugin{depth}", "digits", method="my-plugin", config={"depth": depth}, amount=0.5)
+    assert run_cli("submit", str(runs), "--notes", "first | try <b>\nsecond line")[0] == 0
+    return {name: submission.config_hash(config)[:8] for name, config in
+            {**configs, "depth3": {"depth": 3}, "depth4": {"depth": 4}}.items()}
+
+
+def test_a_label_replaces_the_config_hash_in_every_format(configurations, run_cli):
+    hashes = configurations
+    markdown_page, html = run_cli("leaderboard")[1], run_cli("leaderboard", "--format", "html")[1]
+    for shown in (f"de ({hashes['defaults']})", f"de ({hashes['members']})", "de (fast lr)", "sgd (tuned)"):
+        assert shown in markdown_cells(markdown_page) and shown in html_cells(html), shown
+    assert hashes["lr"] not in markdown_page and hashes["lr"] not in html, "a labelled entry is named by its label"
+    entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
+    assert {(e["method"], e["config_hash"][:8]): e["label"] for e in entries if e["method"] != "my-plugin"} == {
+        ("de", hashes["defaults"]): None, ("de", hashes["members"]): None, ("de", hashes["renamed"]): None,
+        ("de", hashes["lr"]): "fast lr", ("sgd", submission.config_hash({"lr": 0.1})[:8]): "tuned"}
+    rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
+    labels = {(r["method"], r["config_hash"][:8]): r["label"] for r in rows if r["rank"] and r["block"] == "all"}
+    assert labels[("de", hashes["lr"])] == "fast lr" and labels[("de", hashes["defaults"])] == ""
+
+
+def test_the_legend_says_what_each_shown_hash_changes_from_the_defaults(configurations, run_cli):
+    hashes = configurations
+    markdown_page, html = run_cli("leaderboard")[1], run_cli("leaderboard", "--format", "html")[1]
+    expected = {
+        f"de ({hashes['defaults']})": "de's defaults for digits",
+        f"de ({hashes['members']})": "members = 3 (default 5)",
+        f"de ({hashes['renamed']})": "ensemble_size = 3 (not a setting of de here); members not recorded (default 5)",
+        f"my-plugin ({hashes['depth3']})": 'my-plugin cannot be loaded in this installation, so its defaults are '
+                                           'unknown; its whole stored configuration: {"depth": 3}',
+    }
+    assert "what each configuration changes from its method's defaults for digits in this installation" in html
+    for name, change in expected.items():
+        assert f"- **{name}**: {change}\n" in markdown_page
+        assert f"<li>{name}: {html_escape(change)}</li>" in html
+    legend = markdown_page.split("in this installation:")[1].split("Notes:")[0]
+    assert legend.count("- **") == 5 and "fast lr" not in legend and "sgd" not in legend, "labelled entries need none"
+
+
+def test_a_legend_runs_no_module_a_stored_name_names_and_never_fails(monkeypatch):
+    import approximators
+
+    imported = []
+    monkeypatch.setattr(approximators, "load_method", lambda spec: imported.append(spec))
+    assert configs.method_defaults("some.module:Thing", "digits") is None and imported == []
+
+    def broken(name):
+        raise RuntimeError("a plugin's own bug")
+
+    monkeypatch.setattr(approximators, "get_method", broken)
+    assert configs.differences("de", "digits", {"lr": 1}, "run").endswith('its whole stored configuration: {"lr": 1}')
+    assert configs.differences("de", "digits", {}, "competition-zip") == ("a competition zip, whose configuration "
+                                                                          "is not recorded")
+    assert configs.differences("de", "digits", [1, 2], "run").endswith("not a mapping of settings: [1, 2]")
+
+
+def test_notes_are_shown_escaped_and_exported(configurations, run_cli):
+    markdown_page, html = run_cli("leaderboard")[1], run_cli("leaderboard", "--format", "html")[1]
+    assert "- **sgd (tuned)**: first \\| try &lt;b&gt; second line\n" in markdown_page
+    assert "<li>sgd (tuned): first | try &lt;b&gt;\nsecond line</li>" in html and "<b>" not in html
+    entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
+    assert all(e["notes"] == ["first | try <b>\nsecond line"] for e in entries)
+    rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
+    assert {r["notes"] for r in rows if r["rank"]} == {"first | try <b>\nsecond line"}
+
+
+def test_every_format_shows_each_test_block(board, run_cli):
+    blocks = ["clean", "gaussian-noise", "brightness", "blur"]
+    with Store(board) as db:
+        good = [r for r in db.runs("digits", 10.0) if r.method == "good"]
+    floor = good[0].noise_floor
+    tv = {block: ranking.mean_std([r.metrics[block]["total_variation"] for r in good]) for block in blocks}
+    markdown_page = run_cli("leaderboard", "--task", "digits", "--budget", "10")[1]
+    for block in blocks:
+        assert f"| {block} " in markdown_page and f"{tv[block][0]:.4f} ± {tv[block][1]:.4f}" in markdown_page
+    html = run_cli("leaderboard", "--format", "html", "--task", "digits", "--budget", "10")[1]
+    assert set(blocks) <= set(html_cells(html)) and f"{tv['blur'][0]:.4f} ± {tv['blur'][1]:.4f}" in html
+    rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
+    digits10 = [r for r in rows if r["task"] == "digits" and r["budget"] == "10"]
+    assert [r["block"] for r in digits10 if r["method"] == "HMC noise floor"] == ["all", *blocks]
+    for block in blocks:
+        line = next(r for r in digits10 if r["block"] == block and r["method"] == "good")
+        assert float(line["total_variation_mean"]) == pytest.approx(tv[block][0])
+        floor_line = next(r for r in digits10 if r["block"] == block and r["method"] == "HMC noise floor")
+        assert float(floor_line["agreement_mean"]) == pytest.approx(floor[block]["agreement"])
+    track = next(t for t in json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"]
+                 if t["task"] == "digits" and t["budget"] == 10)
+    assert track["blocks"] == blocks
+    by_block = track["entries"][0]["metrics_by_block"]
+    assert list(by_block) == blocks and by_block["blur"]["total_variation"]["mean"] == pytest.approx(tv["blur"][0])
+
+
+def series_colours(page: str) -> list[tuple[str, str]]:
+    """(series name, stroke colour) of every line drawn on the page's plots, in order."""
+    return re.findall(r'<polyline points="[^"]*" fill="none" stroke="([^"]+)"[^>]*><title>([^<]*)</title>', page)
+
+
+def test_each_method_keeps_one_colour_on_every_plot_of_the_page(tmp_path, db_path, make_run, run_cli):
+    runs = tmp_path / "runs"
+    for budget in (10, 100):
+        make_run(runs, "digits", method="alpha", budget=budget, amount=0.2)
+        make_run(runs, "digits", method="beta", budget=budget, amount=0.3)
+        make_run(runs, "toy-gap", method="beta", budget=budget, amount=0.3)  # first and only method here
+        make_run(runs / "a", "toy-gap", method="gamma", budget=budget, amount=0.4, config={"members": 3})
+        make_run(runs / "b", "toy-gap", method="gamma", budget=budget, amount=0.5, config={"members": 4})
+    assert run_cli("submit", str(runs))[0] == 0
+    page = run_cli("leaderboard", "--format", "html")[1]
+    colours: dict[str, set[str]] = {}
+    for colour, name in series_colours(page):
+        colours.setdefault(name.split(" (")[0], set()).add(colour)
+    assert {method: len(found) for method, found in colours.items()} == {
+        "alpha": 1, "beta": 1, "gamma": 1, "HMC noise floor": 1, "calibrated": 1}
+    assert len({next(iter(colours[m])) for m in ("alpha", "beta", "gamma")}) == 3
+    toy_gap = page[page.index('<section id="toy-gap">'):]
+    gamma_markers = re.findall(r"<title>gamma \([0-9a-f]{8}\)</title></polyline>(?:<line [^>]*/>)?(<circle|<polygon)",
+                               toy_gap)
+    assert set(gamma_markers) == {"<circle", "<polygon"}, "two configurations of one method: one marker shape each"
+
+
+def x_tick_labels(chart: str) -> list[tuple[float, float, str]]:
+    """(x, y, text) of each label under the x axis (ticks are centred on their position, y ticks end at it)."""
+    return [(float(x), float(y), text) for x, y, text in
+            re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="tick" text-anchor="middle">([^<]*)</text>', chart)]
+
+
+@pytest.mark.parametrize("budgets", [(3, 10, 30, 100, 1000), (10, 11, 12, 13, 15, 20, 100, 1000, 1100),
+                                     (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)])
+def test_every_budget_has_a_tick_label_and_no_two_labels_overlap(budgets):
+    from leaderboard import svg
+
+    series = svg.Series("m", tuple((b, 1 / b, 0.01) for b in budgets), svg.series_style(0, 0))
+    chart = svg.line_chart("t", [series, svg.horizontal("floor", 0.0)], "budget", "w2", log_x=True)
+    labels = x_tick_labels(chart)
+    assert [text for _, _, text in labels] == [f"{b:g}" for b in budgets]
+    for (x1, y1, a), (x2, y2, b) in itertools.combinations(labels, 2):
+        if y1 == y2:  # on one row: apart by at least half of each label's width
+            assert abs(x2 - x1) >= (len(a) + len(b)) / 2 * svg.TICK_CHAR_WIDTH, (a, b)
+    height = int(re.search(r'<svg [^>]*height="(\d+)"', chart).group(1))
+    assert max(y for _, y, _ in labels) < height - 20, "the axis title stays below every row of labels"

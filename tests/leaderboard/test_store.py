@@ -161,7 +161,7 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
     raw.commit()
     raw.close()
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 3
+        assert db.schema_version == store.SCHEMA_VERSION == 4
         db.insert([row(0)])
         assert db.runs()[0].verified is False
         assert db.runs()[0].architecture_change is None
@@ -170,3 +170,51 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
         assert db.runs()[0].verified is True
         db.insert([row(1, architecture_change="dropout before the classifier")])
         assert db.runs()[1].architecture_change == "dropout before the classifier"
+
+
+def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_path):
+    path = tmp_path / "db.sqlite"
+    raw = sqlite3.connect(path)
+    for script in store.MIGRATIONS[:3]:
+        for statement in filter(str.strip, script.split(";")):
+            raw.execute(statement)
+    raw.execute("PRAGMA user_version = 3")
+    raw.execute("INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
+                "reference_sha256, config_hash, config_json, source, predictions_sha256, versions_json, submitter, "
+                "notes, submitted_at) VALUES ('toy-gap', 1, 'f', 'regression', 'de', 10.0, 0, 'r', 'c', '{}', 'run', "
+                "'p0', '{}', 'alice', '', 'now')")
+    raw.commit()  # a row as the release of schema version 3 wrote it
+    raw.close()
+    with Store(path, read_only=True) as db:
+        assert db.schema_version == 3 and [r.label for r in db.runs()] == [None]
+    with Store(path) as db:
+        assert db.schema_version == store.SCHEMA_VERSION == 4
+        assert [r.label for r in db.runs()] == [None]
+        db.insert([row(0, method="sgd", label="tuned lr")])
+        assert {r.method: r.label for r in db.runs()} == {"de": None, "sgd": "tuned lr"}
+
+
+def test_a_run_keeps_its_label_and_a_label_names_one_configuration(tmp_path):
+    """The label is not part of a run's identity: the same run under another label is refused (not a second entry,
+    not a silent relabelling), and on a task a configuration has one label and a label one configuration."""
+    with Store(tmp_path / "db.sqlite") as db:
+        db.insert([row(0, label="tuned")])
+        for label in ("other", None):
+            with pytest.raises(StoreError, match=r"already on the leaderboard labelled 'tuned', submitted now"):
+                db.insert([row(0, label=label)])
+        with pytest.raises(StoreError, match="another run of this configuration, on the leaderboard or in this "
+                                             "submission, is labelled 'tuned'; .*: run it with --label 'tuned'"):
+            db.insert([row(1, label="other")])  # another seed of the same configuration
+        with pytest.raises(StoreError, match="submit it with --label 'tuned'"):
+            db.insert([row(1, source="competition-zip")])
+        with pytest.raises(StoreError, match="labelled 'tuned', which already names another configuration of de"):
+            db.insert([row(1, config_hash="d", config={"members": 3}, label="tuned")])
+        with pytest.raises(StoreError, match="labelled 'tuned'"):  # all or nothing: seed 2 is not kept either
+            db.insert([row(2, label="tuned"), row(3, label="renamed")])
+        assert [(r.seed, r.label) for r in db.runs()] == [(0, "tuned")]
+        added, present = db.insert([row(0, label="tuned"), row(1, label="tuned"), row(0, budget=100.0, label="tuned"),
+                                    row(0, config_hash="d", label="fewer members"),
+                                    row(0, method="sgd", label="tuned")])  # another method may use the same label
+        assert (len(added), len(present)) == (4, 1)
+        assert sorted({(r.method, r.config_hash, r.label) for r in db.runs()}) == [
+            ("de", "c", "tuned"), ("de", "d", "fewer members"), ("sgd", "c", "tuned")]

@@ -1,5 +1,6 @@
 """`python -m bench submit`: runs are re-scored from their predictions; bad input is refused and changes nothing."""
 
+import functools
 import io
 import json
 import zipfile
@@ -66,13 +67,18 @@ def _stale_version(folder):
     path.write_text(json.dumps(result))
 
 
-def _task_named(name):
-    def rename(folder):
+def _field_set(field, value):
+    """An edit of a run folder's record: ``field`` set to ``value``."""
+    def edit(folder):
         path = folder / records.RESULT
         result = json.loads(path.read_text())
-        result["task"] = name
+        result[field] = value
         path.write_text(json.dumps(result))
-    return rename
+    return edit
+
+
+def _task_named(name):
+    return _field_set("task", name)
 
 
 def _predictions(array):
@@ -116,6 +122,10 @@ def _broken_json(folder):
     (folder / records.RESULT).write_text('{"task": "digits", ')
 
 
+def _labelled(label):
+    return _field_set("label", label)
+
+
 @pytest.mark.parametrize("damage, message", [
     (_tamper_metric, "claims total_variation = "),
     (_tamper_reference, "scored against reference sha256 0000000000000000"),
@@ -130,6 +140,8 @@ def _broken_json(folder):
     (_zip_bomb, "holds float64 of shape (1440, 2000)"),
     (_huge_file, "larger than 180736 bytes"),
     (_broken_json, "run record is damaged"),
+    *[(_labelled(label), "result.json: a label must be 1 to 100 printable characters, not only spaces")
+      for label in ("", "   ", "x" * 101, "two\nlines", "bell\x07", 7, ["a"])],
 ])
 def test_bad_submissions_are_refused_with_one_line_and_change_nothing(damage, message, tmp_path, db_path, make_run,
                                                                       run_cli):
@@ -251,3 +263,45 @@ def test_zip_needs_a_declared_budget(tmp_path, run_cli):
 def test_not_a_run_folder(tmp_path, run_cli):
     code, _, err = run_cli("submit", str(tmp_path))
     assert code == 2 and "holds no run folder" in err
+
+
+def test_a_record_label_is_stored_and_an_older_record_without_one_has_none(tmp_path, db_path, make_run, run_cli):
+    make_run(tmp_path / "runs", "digits", seed=0, label="x" * 100)
+    make_run(tmp_path / "runs", "toy-gap")  # as a release before labels wrote it: no "label" field
+    assert "label" not in json.loads((tmp_path / "runs/toy-gap/de/budget-10/seed-0/result.json").read_text())
+    code, _, err = run_cli("submit", str(tmp_path / "runs"))
+    assert code == 0, err
+    assert {r.task: r.label for r in stored_rows(db_path)} == {"digits": "x" * 100, "toy-gap": None}
+
+
+def test_the_same_run_under_another_label_is_refused_and_stays_one_entry(tmp_path, db_path, make_run, run_cli):
+    folder = make_run(tmp_path / "runs", "digits", label="first name")
+    assert run_cli("submit", str(folder))[0] == 0
+    before = db_path.read_bytes()
+    _labelled("second name")(folder)
+    code, _, err = run_cli("submit", str(folder))
+    assert code == 2 and err.count("\n") == 1
+    assert "already on the leaderboard labelled 'first name', submitted now labelled 'second name'" in err
+    assert db_path.read_bytes() == before
+    entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
+    assert [(e["label"], e["seeds"]) for e in entries] == [("first name", [0])]
+
+
+def test_a_competition_zip_takes_a_label(tmp_path, db_path, blurred, run_cli, monkeypatch):
+    """`submit --label` labels every row of a zip (the test files stand in for the official ones)."""
+    monkeypatch.setattr(submission, "score_competition_zip",
+                        functools.partial(submission.score_competition_zip, file_tasks=TEST_FILES))
+    archive = _competition_zip(tmp_path / "sub.zip", {"toy_samples.csv": _savetxt(blurred("toy-gap", 0.1)),
+                                                      "digits_probs.csv": _savetxt(blurred("digits", 0.2))})
+    code, _, err = run_cli("submit", str(archive), "--method", "mine", "--budget", "10", "--label", "zip v1")
+    assert code == 0, err
+    assert {(r.task, r.label) for r in stored_rows(db_path)} == {("toy-gap", "zip v1"), ("digits", "zip v1")}
+
+
+def test_label_options_a_submission_cannot_take_are_one_line(tmp_path, db_path, make_run, run_cli):
+    folder = make_run(tmp_path / "runs", "digits")
+    code, _, err = run_cli("submit", str(folder), "--label", "mine")
+    assert code == 2 and err.count("\n") == 1 and "a run folder carries the label it was run with" in err
+    code, _, err = run_cli("submit", str(tmp_path / "sub.zip"), "--method", "m", "--budget", "10", "--label", "y" * 101)
+    assert code == 2 and err.count("\n") == 1 and "a label must be 1 to 100 printable characters" in err
+    assert stored_rows(db_path) == []

@@ -1,8 +1,9 @@
 """`leaderboard` output cannot carry injected content, and reading the board never writes, locks or waits long.
 
-Stored text (method, task, submitter, device, architecture change, config hash) is the submitter's: in CSV it
-never starts a formula (OWASP's CSV-injection guidance), in Markdown it never adds a column, a row, HTML, a code
-span or a link, in HTML it never adds an element or an attribute. Rows are inserted straight into the store
+Stored text (method, task, label, submitter, device, notes, architecture change, config hash, test block name) is
+the submitter's: in CSV it never starts a formula (OWASP's CSV-injection guidance), in Markdown it never adds a
+column, a row, a line, HTML, a code span or a link, nor starts a line, in HTML it never adds an element or an
+attribute. Rows are inserted straight into the store
 here, without the submission checks, as a database edited by hand or written by another tool would hold them.
 
 Reading: a writer holding the lock does not make `leaderboard` wait (the board, or one line within seconds),
@@ -47,19 +48,23 @@ texts = st.one_of(st.text(), st.sampled_from(PAYLOADS),
                   st.builds(lambda *parts: "".join(parts), st.text(max_size=5), st.sampled_from(PAYLOADS),
                             st.text(max_size=5), st.sampled_from(PAYLOADS)))
 """Any text, and text built around the payloads each format must neutralise (random text rarely holds them)."""
+labels = st.none() | texts
+block_names = st.none() | texts.filter(lambda name: name != store.OVERALL_BLOCK)
+"""A test block's name as a database edited by hand may hold it (None: the run has no test blocks)."""
 
 
 def run_row(seed: int = 0, method: str = "de", task: str = "toy-gap", submitter: str = "alice",
             device: str | None = "cpu", architecture_change: str | None = None, config_hash: str = "c0ffee00",
-            notes: str = "") -> RunRow:
+            notes: str = "", label: str | None = None, block: str | None = None) -> RunRow:
+    overall = {"w2": 0.5 + seed / 10, "w1": 0.4, "log_likelihood": -1.25}
     return RunRow(
         task=task, task_version=1, task_fingerprint="f", task_kind="regression", method=method, budget=10.0,
         seed=seed, reference_sha256="r", config_hash=config_hash, config={"members": 5}, source="run",
         predictions_sha256=f"p{seed}", epochs_used=10.0, test_passes=1.0, wall_seconds=0.5, device=device,
         versions={"torch": "x"}, noise_floor={"all": {"w2": 0.01}}, reliability=None, submitter=submitter,
         notes=notes, finished_at=None, submitted_at="2025-01-01T00:00:00+00:00",
-        metrics={"all": {"w2": 0.5 + seed / 10, "w1": 0.4, "log_likelihood": -1.25}},
-        architecture_change=architecture_change)
+        metrics={"all": overall, **({} if block is None else {block: {"w2": 0.75, "w1": 0.5}})},
+        architecture_change=architecture_change, label=label)
 
 
 def neutralised(text: str) -> str:
@@ -90,12 +95,14 @@ def read_csv(text: str) -> tuple[list[str], list[list]]:
 
 
 @PROPERTY
-@given(method=texts, task=texts, submitter=texts, device=texts, change=texts, config_hash=texts)
-def test_csv_text_round_trips_and_never_starts_a_formula(method, task, submitter, device, change, config_hash):
+@given(method=texts, task=texts, submitter=texts, device=texts, change=texts, config_hash=texts, label=labels,
+       notes=texts, block=block_names)
+def test_csv_text_round_trips_and_never_starts_a_formula(method, task, submitter, device, change, config_hash, label,
+                                                         notes, block):
     out = render([run_row(method=method, task=task, submitter=submitter, device=device, architecture_change=change,
-                          config_hash=config_hash)], "csv")
+                          config_hash=config_hash, label=label, notes=notes, block=block)], "csv")
     header, rows = read_csv(out)
-    assert len(rows) == 2 and all(len(row) == len(header) for row in rows)
+    assert len(rows) == (2 if block is None else 4) and all(len(row) == len(header) for row in rows)
     for row in rows:
         for cell in row:
             assert isinstance(cell, float) or not cell.startswith(FORMULA_STARTS), cell
@@ -104,6 +111,11 @@ def test_csv_text_round_trips_and_never_starts_a_formula(method, task, submitter
     assert entry["submitters"] == neutralised(submitter) and entry["architecture_change"] == neutralised(change)
     assert entry["config_hash"] == neutralised(config_hash)
     assert entry["devices"] == (neutralised(device) if device else "")
+    assert entry["label"] == ("" if label is None else neutralised(label)) and entry["block"] == "all"
+    assert entry["notes"] == neutralised(notes)
+    if block is not None:
+        block_entry = dict(zip(header, rows[3]))
+        assert block_entry["block"] == neutralised(block) and block_entry["w2_mean"] == 0.75
     # numbers stay numbers, a negative one included (it is not text to neutralise)
     assert entry["log_likelihood_mean"] == -1.25 and entry["budget"] == 10 and entry["rank"] == 1
 
@@ -126,9 +138,12 @@ def test_csv_through_the_command_line_neutralises_every_injection_kind(tmp_path,
 
 
 def test_csv_lists_neutralise_every_element():
-    out = render([run_row(0, submitter="bob"), run_row(1, submitter="-bad"), run_row(2, submitter="=evil")], "csv")
+    out = render([run_row(0, submitter="bob", notes="plain"), run_row(1, submitter="-bad", notes="@SUM(A1)"),
+                  run_row(2, submitter="=evil", notes="=1+1")], "csv")
     header, rows = read_csv(out)
-    assert dict(zip(header, rows[1]))["submitters"] == "'-bad;'=evil;bob"
+    entry = dict(zip(header, rows[1]))
+    assert entry["submitters"] == "'-bad;'=evil;bob"
+    assert entry["notes"] == "'=1+1\n'@SUM(A1)\nplain"
 
 
 # --- Markdown ----------------------------------------------------------------------------------------------------
@@ -166,25 +181,37 @@ def shown(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text).strip()
 
 
-@PROPERTY
-@given(method=texts, task=texts, submitter=texts, device=texts, change=texts)
-def test_markdown_text_adds_no_column_row_html_code_or_link(method, task, submitter, device, change):
-    def board(method, task, submitter, device, change):
-        return render([run_row(method=method, task=task, submitter=submitter, device=device,
-                               architecture_change=change)], "md")
+MARKDOWN_LINE_STARTS = ("## ", "|", "- **", "Ranked by ", "Per test block: ", "Notes:", "\u2020 ")
+"""How every non-empty line of the Markdown board starts: with text of ours, never with stored text."""
 
-    out = board(method, task, submitter, device, change)
-    plain = board("x", "x", "x", "x" if device else "", "x" if change else change)
+
+@PROPERTY
+@given(method=texts, task=texts, submitter=texts, device=texts, change=texts, label=labels, notes=texts,
+       block=block_names)
+def test_markdown_text_adds_no_column_row_html_code_or_link(method, task, submitter, device, change, label, notes,
+                                                            block):
+    def board(method, task, submitter, device, change, label, notes, block):
+        return render([run_row(method=method, task=task, submitter=submitter, device=device,
+                               architecture_change=change, label=label, notes=notes, block=block)], "md")
+
+    out = board(method, task, submitter, device, change, label, notes, block)
+    plain = board("x", "x", "x", "x" if device else "", "x" if change else change, label and "x",
+                  "x" if notes else "", block and "x")
     assert len(out.splitlines()) == len(plain.splitlines()) and out.count("\n") == plain.count("\n")
+    assert all(line.startswith(MARKDOWN_LINE_STARTS) for line in out.splitlines() if line)
     table = [line for line in out.splitlines() if line.startswith("|")]
-    assert len(table) == 4  # header, delimiter, noise floor, the entry
-    assert {unescaped(line, "|") for line in table} == {unescaped(plain.splitlines()[4], "|")}
+    assert len(table) == (4 if block is None else 8)  # header, delimiter, noise floor, the entry; per block the same
+    assert [unescaped(line, "|") for line in table] == [unescaped(line, "|") for line in plain.splitlines()
+                                                        if line.startswith("|")]
     assert "<" not in out and ">" not in out and not re.search(r"&(?!amp;|lt;|gt;)", out)
     assert unescaped(out, "`") == 0 and unescaped(out, "[") == 0 and unescaped(out, "$") == 0
     header, entry = markdown_cells(table[0]), markdown_cells(table[3])
     row = dict(zip(header, entry))
-    assert row["method"] == shown(method + " \u2020")  # the changed-network mark follows the escaped name
+    name = method if label is None else f"{method} ({label})"
+    assert row["method"] == shown(name + " \u2020")  # the changed-network mark follows the escaped name
     assert row["submitted by"] == shown(submitter)
+    if block is not None:
+        assert markdown_cells(table[7])[0] == shown(block)
     assert [line for line in out.splitlines() if line.startswith("#")] == [out.splitlines()[0]]
 
 
@@ -210,7 +237,7 @@ def test_markdown_through_the_command_line_neutralises_every_injection_kind(tmp_
 # --- HTML --------------------------------------------------------------------------------------------------------
 
 PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "section", "div", "svg", "text",
-             "rect", "line", "polyline", "circle", "table", "thead", "tbody", "tr", "th", "td"}
+             "rect", "line", "polyline", "circle", "polygon", "table", "thead", "tbody", "tr", "th", "td", "ul", "li"}
 PAGE_ATTRIBUTES = {"lang", "charset", "id", "class", "xmlns", "width", "height", "viewbox", "role", "aria-label", "x",
                    "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "fill", "stroke", "stroke-width", "stroke-dasharray",
                    "points", "text-anchor", "transform"}
@@ -240,18 +267,35 @@ class PageParser(HTMLParser):
         self.text += data
 
 
-@PROPERTY
-@given(method=texts, task=texts, submitter=texts, device=texts, change=texts)
-def test_html_page_and_its_svg_escape_text_attributes_and_titles(method, task, submitter, device, change):
-    page = render([run_row(method=method, task=task, submitter=submitter, device=device, architecture_change=change)],
-                  "html")
+def parsed(page: str) -> PageParser:
     parser = PageParser()
     parser.feed(page)
     parser.close()
+    return parser
+
+
+@PROPERTY
+@given(method=texts, task=texts, submitter=texts, device=texts, change=texts, label=labels, notes=texts,
+       block=block_names)
+def test_html_page_and_its_svg_escape_text_attributes_and_titles(method, task, submitter, device, change, label,
+                                                                 notes, block):
+    def page(method, task, submitter, device, change, label, notes, block):
+        return parsed(render([run_row(method=method, task=task, submitter=submitter, device=device,
+                                      architecture_change=change, label=label, notes=notes, block=block)], "html"))
+
+    parser = page(method, task, submitter, device, change, label, notes, block)
+    plain = page("x", "x", "x", "x" if device else "", "x" if change else change, label and "x", "x" if notes else "",
+                 block and "x")
     assert set(parser.tags) <= PAGE_TAGS and parser.attributes <= PAGE_ATTRIBUTES
-    assert parser.tags.count("section") == 1 and parser.tags.count("svg") == 1 and parser.tags.count("tr") == 3
+    assert parser.tags == plain.tags, "stored text added or removed an element"
+    assert parser.tags.count("section") == 1 and parser.tags.count("svg") == 1
+    assert parser.tags.count("tr") == (3 if block is None else 6)
     assert parser.sections == [task] and parser.labels[0].startswith(f"{task}: w2 against budget")
     assert method in parser.text  # the legend and the tooltip show it as written
+    if label is not None:
+        assert f"{method} ({label})" in parser.text
+    if notes:
+        assert notes.replace("\r\n", "\n").replace("\r", "\n") in parser.text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 # --- reading: locks, read-only files and folders, damaged and missing databases ---------------------------------

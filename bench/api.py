@@ -1,0 +1,109 @@
+"""bdl-bench's public API: everything a method of one's own needs, and a run from Python.
+
+Import from here, not from the modules behind it: the names in ``__all__`` keep their meaning and
+signatures within a major version of bdl-bench; everything else may change. The guide,
+``docs/writing-a-method.md``, walks through a complete method built on them.
+
+The method contract
+-------------------
+A method is a subclass of :class:`Approximator` with
+
+- ``name: str``: its command-line name (1 to 100 printable characters, no ``:`` or ``/``, not a built-in's);
+- ``summary: str``: one line for ``bench methods``; ``paper: str`` optionally, what it follows;
+- ``Config``: a frozen dataclass of its settings, each field typed (``int``, ``float``, ``bool``, ``str``)
+  with a default. ``--set key=value`` parses by the field's type. ``Config.BOUNDS`` (a class attribute,
+  ``{"field": "[1, inf)"}``) gives each numeric setting's interval, checked before any work;
+- ``TASK_DEFAULTS: dict[str, dict]`` optionally, per-task values that replace the defaults;
+- ``check_budget: float``, the budget ``bench check`` runs it with by default;
+- ``fit(self, problem, data, generator) -> None``, which trains and leaves its predictive in
+  ``self._predictive`` (or overrides ``predictive()``):
+
+  ``problem`` (:class:`Problem`): what the method may know about the task: ``task``, ``kind``
+  (``"classification"`` or ``"regression"``), ``model_factory()`` (a new ``nn.Module`` of the task's
+  architecture with PyTorch's default initialisation), ``likelihood`` (``likelihood.log_prob(outputs,
+  targets)`` per example), ``prior_variance`` (the prior is N(0, prior_variance I) on every weight;
+  :func:`log_prior`), ``n_train``, ``x_test`` ``(N_test, *input_shape)`` on ``device`` (test inputs, never
+  their labels), ``n_classes``, ``n_predictive_samples`` (S, for regression) and ``meter``.
+
+  ``data`` (:class:`MeteredData`): the training set, the only way to read it. ``data.batch(indices)``
+  with integer ``indices`` of any shape ``(*I)`` returns inputs ``(*I, *input_shape)`` and targets
+  ``(*I)``, charged ``indices.numel()`` examples; ``data.shared_batch(indices, copies)`` charges
+  ``copies`` times for rows used by several stacked networks; ``data.full()`` is one epoch. A read that
+  would pass the budget raises :class:`BudgetExhausted` and returns nothing. ``data.meter.epochs_left``
+  says what remains.
+
+  ``generator`` (``torch.Generator``): the run's only source of randomness (seeded by ``--seed``), so a
+  seeded run reproduces exactly. :func:`member_seeds` and :func:`member_generators` split it per member.
+
+- ``predictive(self) -> numpy.ndarray``: classification, probabilities ``(N_test, C)``, rows summing to
+  one; regression, samples ``(N_test, S)`` from the predictive distribution, S =
+  ``problem.n_predictive_samples``. Build it with :class:`PredictiveAccumulator`: ``PredictiveAccumulator(
+  problem, n_members, generator)``, then ``add({name: (K, *shape)})`` for K networks' parameters stacked
+  on a leading axis (or ``add_outputs((K, N_test, n_outputs))``) as they finish, then ``result()``. It
+  keeps the Bayesian model average online, so members never need to be held in memory together.
+- optionally ``footprint(self, budget, n_train) -> Footprint``, what a run holds at once, checked against
+  the device's memory before ``fit`` is called; ``architecture_change(cls, config) -> str | None``, for a
+  method that changes the task's network; ``self.report`` (a dict stored in the result record).
+
+Stacked parameters: ``{name: tensor (K, *shape)}`` with the names of ``model.named_parameters()``; a
+:class:`StackedModel` evaluates K networks at once (``model(params, x, shared_input=True)`` with ``x``
+``(B, *input_shape)`` gives ``(K, B, n_outputs)``), and :class:`ParameterLayout` converts to and from
+one flat ``(K, D)`` tensor.
+
+A method is found by ``--method package.module:ClassName``, or by its name once an installed package
+registers it in the ``bdl_bench.methods`` entry point group (:data:`ENTRY_POINT_GROUP`).
+
+A run from Python
+-----------------
+:func:`run` runs one (task, method, budget, seed) as ``python -m bench run`` does and returns the
+result record it wrote (:func:`read_result` reads one back).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from approximators import ENTRY_POINT_GROUP, resolve_config
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators,
+                                member_seeds, steps_for)
+from bench.budget import BudgetMeter, MeteredData
+from bench.errors import BenchError, BudgetExhausted, ConfigError
+from bench.functional import ParameterLayout, StackedModel, seeded_module
+from bench.likelihoods import Likelihood, log_prior
+from bench.records import read_result
+from bench.tasks import task_names
+
+
+def run(task: str, method: str | type[Approximator], budget: float, seed: int = 0, *,
+        settings: dict[str, object] | None = None, device: str = "cpu", out: str | Path = "runs",
+        label: str | None = None, force: bool = False, cache: str | Path | None = None) -> dict:
+    """Runs ``method`` on ``task`` for ``budget`` epochs with ``seed``, as ``python -m bench run`` does, and
+    returns the result record (written to ``out/<task>/<method>/budget-<budget>/seed-<seed>/``).
+
+    ``method``: a built-in's or an installed plugin's name, ``"package.module:ClassName"``, or an
+    :class:`Approximator` subclass itself (one defined in a notebook, say). ``settings``: values for the
+    method's config fields, as ``--set`` takes them (given as strings or as values whose ``str`` parses).
+    A finished run in the same folder is an error unless ``force``. Every failure raises a
+    :class:`BenchError` whose message is the one line the command line would print.
+    """
+    from bench.runner import RunSpec, run as run_spec
+
+    overrides = tuple((str(key), _setting_text(value)) for key, value in (settings or {}).items())
+    call = ", ".join([f"task={task!r}", f"method={getattr(method, '__qualname__', method)!r}",
+                      f"budget={budget!r}", f"seed={seed!r}", *([f"settings={settings!r}"] if settings else [])])
+    return run_spec(RunSpec(task=task, method=method, budget=budget, seed=seed, device=device, out=Path(out),
+                            overrides=overrides, force=force, cache=None if cache is None else Path(cache),
+                            label=label, command=f"bench.api.run({call})"))
+
+
+def _setting_text(value: object) -> str:
+    """A setting as ``--set`` would receive it (``True`` -> ``"true"``, so booleans parse as booleans)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "ConfigError", "Footprint",
+    "Likelihood", "MeteredData", "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel",
+    "log_prior", "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module",
+    "steps_for", "task_names",
+]

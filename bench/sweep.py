@@ -1,0 +1,181 @@
+"""A sweep: every combination of methods, tasks, budgets, seeds and setting variants, each one run of
+:func:`bench.runner.run` into its usual run folder.
+
+Variants: ``--set KEY=VALUE`` given with several values of one key sweeps over them, and several swept keys
+make every combination. A run folder's name holds task, method, budget and seed only, so when a sweep has more
+than one variant each variant writes under its own folder level, named by its swept values
+(``<out>/lr=0.01/toy-gap/sgd/budget-10/seed-0``): a variant's tree is exactly what
+``run --out <out>/lr=0.01 --set lr=0.01`` writes, and two variants can never share a run folder.
+
+Resumption: every planned run is checked before the first one trains. A finished run of the same configuration
+is skipped (so a sweep stopped by Ctrl-C, SIGTERM or SIGKILL resumes where it stopped: records are written
+atomically, ``result.json`` last, so an interrupted run is simply unfinished); a finished run of another
+configuration, or two variants giving a method the same configuration, stop the sweep in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import signal
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from approximators import get_method, resolve_config
+from bench import executors, records
+from bench.errors import ConfigError
+from bench.executors import Outcome
+from bench.io import json_bytes
+from bench.progress import Progress, run_title
+from bench.runner import RunSpec, resolve_device
+from bench.tasks import get_task, task_names
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of setting values; ``name`` is its folder level (None when the sweep has one variant)."""
+
+    overrides: tuple[tuple[str, str], ...]
+    name: str | None
+
+
+def variants(settings: list[tuple[str, str]]) -> list[Variant]:
+    """Every combination of the values given per key (in the order given, a repeated value once). The name holds
+    only the swept keys, each value percent-encoded so that it is one folder name and no two variants share it."""
+    values: dict[str, list[str]] = {}
+    for key, value in settings:
+        values.setdefault(key, [])
+        if value not in values[key]:
+            values[key].append(value)
+    swept = [key for key, given in values.items() if len(given) > 1]
+    combinations = [tuple(zip(values, chosen)) for chosen in itertools.product(*values.values())]
+    return [Variant(overrides, ",".join(f"{key}={quote(value, safe='')}" for key, value in overrides
+                                        if key in swept) or None)
+            for overrides in combinations]
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    spec: RunSpec
+    method: str
+    """The method's own name (``spec.method`` is as given, e.g. ``package.module:ClassName``)."""
+    variant: str | None
+    folder: Path
+    finished: bool
+    """Finished earlier with the same configuration: skipped."""
+
+    @property
+    def title(self) -> str:
+        return run_title(self.spec.task, self.method, self.spec.budget, self.spec.seed, self.variant)
+
+
+def _normalised(config) -> dict:
+    """A config as its run record holds it (through JSON), so that it compares equal to a record's."""
+    return json.loads(json_bytes(asdict(config)))
+
+
+def _finished_with(folder: Path, config: dict) -> bool:
+    """True if ``folder`` holds a finished run of ``config``; a finished run of another one is refused, naming
+    what differs."""
+    if not (folder / records.RESULT).exists():
+        return False
+    if records.read_result(folder).get("config") == config:
+        return True
+    records.check_unfinished(folder, force=False, config=config)  # raises, naming both configurations
+    return False
+
+
+def plan(methods: list[str], tasks: list[str] | None, budgets: list[float], seeds: list[int],
+         settings: list[tuple[str, str]], out: Path, device: str = "cpu", cache: Path | None = None,
+         command: str | None = None, force: bool = False) -> list[PlannedRun]:
+    """Every run of the sweep, checked before any trains: methods, tasks and settings exist, no two variants
+    give a method the same configuration, and no run folder holds a finished run of another configuration
+    (``force``: every run trains, replacing what its folder holds)."""
+    resolved: dict[str, tuple[str, type]] = {}
+    for given in dict.fromkeys(methods):
+        method = get_method(given)
+        first = resolved.setdefault(method.name, (given, method))
+        if first[1] is not method:
+            raise ConfigError(f"--method {first[0]} and --method {given} are two methods named {method.name!r}; "
+                              "their runs would share run folders; sweep them separately with different --out")
+    task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or task_names()))
+    budget_list, seed_list = list(dict.fromkeys(map(float, budgets))), list(dict.fromkeys(seeds))
+    runs, configs = [], {}
+    for variant in variants(settings):
+        root = Path(out) / variant.name if variant.name else Path(out)
+        for name, (given, method) in resolved.items():
+            for task in task_list:
+                config = _normalised(resolve_config(method, task, dict(variant.overrides)))
+                same = configs.setdefault((name, task, json.dumps(config, sort_keys=True)), variant.name)
+                if same != variant.name:
+                    raise ConfigError(f"variants {same} and {variant.name} give {name} on {task} the same "
+                                      "configuration; give each value of a setting once")
+                for budget, seed in itertools.product(budget_list, seed_list):
+                    folder = records.run_folder(root, task, name, budget, seed)
+                    spec = RunSpec(task=task, method=given, budget=budget, seed=seed, device=device, out=root,
+                                   overrides=variant.overrides, force=force, cache=cache, command=command)
+                    finished = not force and _finished_with(folder, config)
+                    runs.append(PlannedRun(spec, name, variant.name, folder, finished))
+    return runs
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (a scheduler's stop, ``kill``) ends the sweep like Ctrl-C: the workers are stopped, not orphaned."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def check_executor(executor: str, workers: int | None, threads: int, ray_address: str | None) -> None:
+    """Refuses option combinations that cannot mean what they say, and a local plan that oversubscribes cores."""
+    if executor == "ray":
+        if workers is not None:
+            raise ConfigError("--workers sets the local executor's processes; on Ray each run is a task of --threads "
+                              "CPUs and the cluster decides how many run at once")
+        return
+    if ray_address is not None:
+        raise ConfigError("--ray-address is for --executor ray")
+    cores = executors.usable_cores()
+    if (workers or 1) * threads > cores:
+        raise ConfigError(f"--workers {workers or 1} x --threads {threads} would run {(workers or 1) * threads} "
+                          f"threads on {cores} CPU cores and oversubscribe them; lower --workers or --threads")
+
+
+def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None = None, threads: int = 1,
+            ray_address: str | None = None, quiet: bool = False) -> dict[PlannedRun, Outcome]:
+    """Trains every unfinished run of ``runs``; returns each one's outcome (failures included, in any order).
+    Runs done / total are shown as they finish, and the epochs of the current run when it runs in this process."""
+    check_executor(executor, workers, threads, ray_address)
+    todo = [run for run in runs if not run.finished]
+    by_spec = {run.spec: run for run in todo}
+    outcomes: dict[PlannedRun, Outcome] = {}
+    devices = {run.spec.device for run in todo}
+    if executor == "local":
+        for device in devices:  # --device cuda without a GPU is one line before anything trains
+            resolve_device(device)
+    with Progress(len(todo), quiet, "sweep") as progress, _terminate_as_interrupt():
+        def finished(spec: RunSpec, outcome: Outcome) -> None:
+            outcomes[by_spec[spec]] = outcome
+            progress.finished(by_spec[spec].title, outcome.result is None)
+
+        specs = [run.spec for run in todo]
+        if executor == "ray":
+            executors.run_on_ray(specs, threads, 1 if "cuda" in devices else 0, ray_address, finished)
+        elif (workers or 1) == 1:
+            executors.run_in_process(specs, threads, finished,
+                                     lambda spec: progress.epochs(by_spec[spec].title, spec.budget))
+        else:
+            executors.run_in_workers(specs, workers, threads, finished)
+    return outcomes

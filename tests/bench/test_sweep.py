@@ -1,0 +1,337 @@
+"""`python -m bench sweep`: every combination runs once into its folder, finished runs are skipped (an
+interrupted sweep resumes, even after SIGKILL), conflicts stop it before anything trains, a failed run or a
+dead worker fails only itself, and a run's result does not depend on the executor or the number of workers."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import executors, records
+from bench.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERRUPTED
+from tests.reliability.test_error_boundary import assert_one_line
+
+ROOT = Path(__file__).resolve().parents[2]
+SGD = ("sweep", "--method", "sgd", "--task", "toy-gap", "--quiet")
+
+PLUGIN = textwrap.dedent('''
+    """Methods a test can stop in the middle of a run: ``sgd`` itself, except at a budget of 2 epochs."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    from approximators.map import MAP
+
+    class Held(MAP):
+        """Waits while the file named by $SWEEP_TEST_HOLD exists (a run in flight), then trains as sgd."""
+        name = "held"
+        summary = "sgd, held mid-run at budget 2"
+
+        def fit(self, problem, data, generator):
+            hold = os.environ.get("SWEEP_TEST_HOLD")
+            while data.meter.budget_epochs == 2 and hold and Path(hold).exists():
+                time.sleep(0.05)
+            super().fit(problem, data, generator)
+
+    class Killed(MAP):
+        """Its process dies at once (as under the out-of-memory killer)."""
+        name = "killed"
+        summary = "sgd whose process is killed at budget 2"
+
+        def fit(self, problem, data, generator):
+            if data.meter.budget_epochs == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            super().fit(problem, data, generator)
+''')
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """The module above, importable here, in spawned workers (they get this sys.path) and in subprocesses."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sweep_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))
+    return site
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def results(root: Path) -> dict[str, tuple[dict, bytes]]:
+    """Every finished run under ``root``: its metrics and its predictions' bytes, by folder."""
+    return {str(p.parent.relative_to(root)): (json.loads(p.read_text())["metrics"],
+                                              (p.parent / records.PREDICTIONS).read_bytes())
+            for p in sorted(root.rglob(records.RESULT))}
+
+
+def test_every_combination_runs_once_and_variants_have_their_own_folders(tmp_path, run_cli):
+    code, out, err = run_cli(*SGD, "--budget", "1", "--seed", "0", "1", "--seed", "1", "--set", "lr=0.01",
+                             "--set", "lr=0.02", "--set", "lr=0.01", "--set", "batch_size=16", "--out", tmp_path)
+    assert code == 0, err
+    assert "4 runs, 0 finished earlier" in out and "4 trained" in out
+    assert sorted(str(p.parent.relative_to(tmp_path)) for p in tmp_path.rglob(records.RESULT)) == [
+        f"lr={lr}/toy-gap/sgd/budget-1/seed-{seed}" for lr in ("0.01", "0.02") for seed in (0, 1)]
+    for lr in (0.01, 0.02):
+        config = records.read_result(tmp_path / f"lr={lr}/toy-gap/sgd/budget-1/seed-0")["config"]
+        assert (config["lr"], config["batch_size"]) == (lr, 16)
+
+
+def test_one_variant_writes_the_folders_run_writes(tmp_path, run_cli):
+    assert run_cli(*SGD, "--budget", "1", "--set", "lr=0.02", "--out", tmp_path)[0] == 0
+    code, _, err = run_cli("run", "--method", "sgd", "--task", "toy-gap", "--budget", "1", "--set", "lr=0.02",
+                           "--out", tmp_path, "--quiet")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "already holds a finished run")
+
+
+def test_finished_runs_are_skipped_and_an_unfinished_one_resumes_with_the_same_result(tmp_path, run_cli):
+    args = (*SGD, "--budget", "1", "--seed", "0", "1", "2", "--out", tmp_path)
+    assert run_cli(*args)[0] == 0
+    first = results(tmp_path)
+    interrupted = tmp_path / "toy-gap/sgd/budget-1/seed-1"
+    (interrupted / records.RESULT).unlink()  # what a run killed before its record was written leaves
+    kept = {k: v for k, v in snapshot(tmp_path).items() if "seed-1" not in k}
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "3 runs, 2 finished earlier (skipped), 1 to train" in out and "1 trained, 2 finished earlier" in out
+    assert {k: v for k, v in snapshot(tmp_path).items() if "seed-1" not in k} == kept, "a skipped run was touched"
+    assert results(tmp_path) == first
+
+
+@pytest.mark.parametrize("setting, shown", [("lr=0.02", "lr: 0.01 there, 0.02 here"), ("beta1=0.5", "beta1")])
+def test_a_finished_run_of_another_configuration_stops_the_sweep_before_any_run_trains(tmp_path, run_cli, setting,
+                                                                                     shown):
+    assert run_cli(*SGD, "--budget", "1", "--seed", "1", "--out", tmp_path)[0] == 0
+    before = snapshot(tmp_path)
+    code, _, err = run_cli(*SGD, "--budget", "1", "--seed", "0", "1", "--set", setting, "--out", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "seed-1", "another configuration", shown)
+    assert snapshot(tmp_path) == before, "seed 0 trained before the conflict of seed 1 was found"
+
+
+def test_force_trains_every_run_again_replacing_another_configuration(tmp_path, run_cli):
+    assert run_cli(*SGD, "--budget", "1", "--seed", "0", "1", "--out", tmp_path)[0] == 0
+    code, out, err = run_cli(*SGD, "--budget", "1", "--seed", "0", "1", "--set", "lr=0.02", "--force", "--out", tmp_path)
+    assert code == 0, err
+    assert "0 finished earlier (skipped), 2 to train" in out
+    assert {records.read_result(p.parent)["config"]["lr"] for p in tmp_path.rglob(records.RESULT)} == {0.02}
+
+
+@pytest.mark.parametrize("settings, fragment", [
+    (("lr=0.01", "lr=1e-2"), "variants lr=0.01 and lr=1e-2 give sgd on toy-gap the same configuration"),
+    (("vectorise=true", "vectorise=1"), "no setting 'vectorise'"),
+])
+def test_variants_that_cannot_be_told_apart_are_refused_before_any_run(tmp_path, run_cli, settings, fragment):
+    code, _, err = run_cli(*SGD, "--budget", "1", *[a for s in settings for a in ("--set", s)], "--out", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, fragment)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--budget", "1", "--method", "nope"), "unknown method 'nope'"),
+    (("--budget", "1", "--task", "nope"), "unknown task 'nope'"),
+    (("--budget", "0"), "must be a positive number"),
+    (("--budget", "1", "--set", "bogus=1"), "no setting 'bogus'"),
+    (("--budget", "1", "--ray-address", "127.0.0.1:6379"), "--ray-address is for --executor ray"),
+    (("--budget", "1", "--executor", "ray", "--workers", "2"), "--workers sets the local executor"),
+    (("--budget", "1", "--workers", str(executors.usable_cores() + 1)), "oversubscribe"),
+    (("--budget", "1", "--workers", "1", "--threads", str(executors.usable_cores() + 1)), "oversubscribe"),
+    (("--budget", "1", "--db", "x.sqlite"), "add --submit"),
+    (("--budget", "1", "--workers", "0"), "must be at least 1"),
+])
+def test_bad_options_are_one_line_and_nothing_runs(tmp_path, run_cli, args, fragment):
+    code, _, err = run_cli(*SGD, "--out", tmp_path / "runs", *args)
+    assert_one_line(code, err, EXIT_BAD_INPUT, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_without_ray_the_ray_executor_is_one_line(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets when the extra is not installed
+    code, _, err = run_cli(*SGD, "--budget", "1", "--executor", "ray", "--out", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "install the ray extra: pip install -e '.[ray]'")
+    assert not list(tmp_path.rglob(records.RESULT))
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_failed_run_does_not_stop_the_others_and_each_failure_is_one_line(tmp_path, run_cli, workers):
+    code, out, err = run_cli("sweep", "--method", "de", "sgd", "--task", "toy-gap", "--budget", "2", "--seed", "0",
+                             "1", "--workers", workers, "--quiet", "--out", tmp_path)
+    lines = err.splitlines()
+    assert code == EXIT_BAD_INPUT and len(lines) == 3, err
+    assert all(f"toy-gap/de/budget-2/seed-{seed}: de: a budget of 2 epochs is too small for 5" in line
+               for seed, line in zip((0, 1), lines))
+    assert lines[2] == "error: 2 of 4 runs failed (each named above); run the same command again to retry them"
+    assert "2 trained, 0 finished earlier, 2 failed" in out
+    assert sorted(p.parent.parent.parent.name for p in tmp_path.rglob(records.RESULT)) == ["sgd", "sgd"]
+
+
+def test_a_worker_that_dies_fails_only_the_run_it_held(tmp_path, run_cli, plugin):
+    code, out, err = run_cli("sweep", "--method", "sweep_plugin:Killed", "--task", "toy-gap", "--budget", "1", "2",
+                             "3", "--workers", "2", "--quiet", "--out", tmp_path)
+    lines = err.splitlines()
+    assert code == EXIT_ENVIRONMENT and len(lines) == 2, err
+    assert "toy-gap/killed/budget-2/seed-0: its worker process was killed by SIGKILL" in lines[0]
+    assert "1 of 3 runs failed" in lines[1]
+    assert sorted(p.parent.parent.name for p in tmp_path.rglob(records.RESULT)) == ["budget-1", "budget-3"]
+
+
+def test_a_result_does_not_depend_on_the_executor_or_the_number_of_workers(tmp_path, run_cli):
+    """sgd on diabetes-gap changes round-off with the thread count, so this fails if the threads of a run
+    follow the number of workers."""
+    threads = torch.get_num_threads()
+    args = ("sweep", "--method", "sgd", "--task", "diabetes-gap", "toy-gap", "--budget", "1", "--seed", "0", "1",
+            "--quiet")
+    for workers in ("1", "2"):
+        code, _, err = run_cli(*args, "--workers", workers, "--out", tmp_path / workers)
+        assert code == 0, err
+    assert torch.get_num_threads() == threads, "the in-process executor must restore this process's threads"
+    one, two = results(tmp_path / "1"), results(tmp_path / "2")
+    assert len(one) == 4 and one == two
+    assert {records.read_result(p.parent)["environment"]["torch_threads"] for p in tmp_path.rglob(records.RESULT)} \
+        == {1}
+
+
+def _held(folder: Path) -> bool:
+    """True while some process holds the run folder's lock (a run works in it)."""
+    with open(folder / records.LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def _wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stop", ["SIGKILL to the sweep", "SIGTERM to the sweep", "Ctrl-C to the process group"])
+def test_a_stopped_sweep_leaves_no_half_run_and_resumes_to_a_clean_sweeps_results(tmp_path, run_cli, plugin, stop):
+    """Two workers hold the budget-2 runs mid-training when the sweep is stopped: their folders must stay
+    unfinished and be released (a worker must not outlive its sweep), and a rerun trains exactly them."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    out = tmp_path / "runs"
+    args = ["sweep", "--method", "sweep_plugin:Held", "--task", "toy-gap", "--budget", "1", "2", "--seed", "0", "1",
+            "--out", str(out)]
+    sweep = subprocess.Popen([sys.executable, "-m", "bench", *args, "--workers", "2"], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "SWEEP_TEST_HOLD": str(hold)},
+                             start_new_session=True)
+    in_flight = [records.run_folder(out, "toy-gap", "held", 2, seed) for seed in (0, 1)]
+    try:
+        _wait_for(lambda: all(f.exists() and _held(f) for f in in_flight), 60, "both budget-2 runs in flight")
+        assert len(list(out.rglob(records.RESULT))) == 2
+        if stop == "SIGKILL to the sweep":
+            sweep.kill()
+        elif stop == "SIGTERM to the sweep":
+            sweep.terminate()
+        else:
+            os.killpg(sweep.pid, signal.SIGINT)
+        _, err = sweep.communicate(timeout=30)
+        _wait_for(lambda: not any(_held(f) for f in in_flight), 10, "the workers to stop")
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    if stop == "SIGKILL to the sweep":
+        assert sweep.returncode == -signal.SIGKILL
+    else:
+        assert_one_line(sweep.returncode, err, EXIT_INTERRUPTED, "interrupted", "run the same command again")
+    assert not any((f / records.RESULT).exists() for f in in_flight)
+    hold.unlink()  # (resumed in this process: where a run executes does not change its result)
+    code, printed, err = run_cli(*args, "--quiet")
+    assert code == 0, err
+    assert "4 runs, 2 finished earlier (skipped), 2 to train" in printed
+    assert run_cli(*args[:-1], tmp_path / "clean", "--quiet")[0] == 0
+    assert results(out) == results(tmp_path / "clean") and len(results(out)) == 4
+
+
+def test_submit_adds_every_finished_run_of_the_sweep(tmp_path, run_cli):
+    db = tmp_path / "board.sqlite"
+    assert run_cli(*SGD, "--budget", "1", "--seed", "0", "--out", tmp_path / "runs")[0] == 0
+    code, out, err = run_cli(*SGD, "--budget", "1", "--seed", "0", "1", "--out", tmp_path / "runs", "--submit",
+                             "--db", db, "--name", "alice", "--notes", "sweep")
+    assert code == 0, err
+    assert "2 added, 0 already present" in out
+    code, out, _ = run_cli("leaderboard", "--db", db, "--format", "json")
+    entries = json.loads(out)
+    assert code == 0 and "alice" in json.dumps(entries)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_names_the_run_and_counts_its_epochs_and_the_runs(tmp_path, monkeypatch):
+    """On a terminal the runs bar counts runs done / total and the run's bar counts its epochs up to the budget,
+    as the meter charges them (every update drawn, however fast the run)."""
+    import tqdm.auto
+
+    from bench.cli import main
+
+    class EveryUpdate(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs, mininterval=0, miniters=0)
+    monkeypatch.setattr(tqdm.auto, "tqdm", EveryUpdate)
+    for command in (("sweep", "--method", "sgd", "--seed", "0", "1"), ("run", "--method", "sgd", "--seed", "0",
+                                                                         "--seed", "1")):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert main([*command, "--task", "toy-gap", "--budget", "2", "--out", str(tmp_path / command[0])]) == 0
+        drawn = terminal.getvalue()
+        for seed in (0, 1):
+            assert f"toy-gap sgd budget 2 seed {seed}:" in drawn and "2.0/2 epochs" in drawn
+        assert "0.2/2 epochs" in drawn and "| 2/2 [" in drawn
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert main([*command, "--task", "toy-gap", "--budget", "2", "--out", str(tmp_path / command[0]) + "-quiet",
+                     "--quiet"]) == 0
+        assert terminal.getvalue() == ""
+
+
+@pytest.fixture
+def local_ray(monkeypatch):
+    """A Ray instance of 2 CPUs on this machine, started in this process, whose workers would inherit
+    OMP_NUM_THREADS=2 (as from a cluster started in such a shell) unless a task sets its own."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def test_the_ray_executor_gives_the_local_results_and_reports_failures(tmp_path, run_cli, local_ray):
+    args = ("sweep", "--method", "sgd", "de", "--task", "diabetes-gap", "--budget", "2", "--seed", "0", "1", "--quiet")
+    code, out, err = run_cli(*args, "--executor", "ray", "--out", tmp_path / "ray")
+    lines = err.splitlines()
+    assert code == EXIT_BAD_INPUT and len(lines) == 3, err
+    assert "diabetes-gap/de/budget-2/seed-0: de: a budget of 2 epochs is too small" in lines[0]
+    assert "2 trained, 0 finished earlier, 2 failed" in out
+    run_cli(*args, "--out", tmp_path / "local")
+    assert results(tmp_path / "ray") == results(tmp_path / "local") and len(results(tmp_path / "ray")) == 2
+    assert {records.read_result(p.parent)["environment"]["torch_threads"]
+            for p in (tmp_path / "ray").rglob(records.RESULT)} == {1}
+
+
+def test_a_ray_address_where_nothing_answers_is_one_line_at_once(tmp_path, run_cli):
+    pytest.importorskip("ray")
+    started = time.monotonic()
+    code, _, err = run_cli(*SGD, "--budget", "1", "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "nothing answers at --ray-address 127.0.0.1:1")
+    assert time.monotonic() - started < 30 and not list(tmp_path.rglob(records.RESULT))
