@@ -162,6 +162,13 @@ OUTER_PRODUCT_VALUES = 2**19
 """The layer-wise rules form at most about this many per-example gradient values at once: a chunk that stays
 in the CPU's cache (the LSTM's outer products ran 3x faster in chunks of 4 examples than of 128)."""
 
+GROUPED_CONVOLUTION_MAX_IN_CHANNELS = 8
+"""Convolutions with at most this many input channels take the grouped form of their per-example moments. One
+thread, 128 examples (``python benchmarks/per_example_cost.py``, layer by layer): with 3 or 6 input channels the
+per-offset products are thin (out x 3 results) and the grouped form took 0.26 to 0.98 of their time (3 -> 64 at
+32 x 32: 11.6 against 45.4 ms); with 16 to 128 input channels it took 0.67 to 2.8 of it (a 1 x 1 convolution
+16 -> 32: 16.1 against 5.8 ms)."""
+
 MEAN_CHECK_TOLERANCE = 1e-3
 """On a model's first use, the layer-wise mean gradient may differ from autograd's by at most this fraction
 of autograd's largest component (float32 sums in another order differ by ~1e-4 in ResNet-20-FRN)."""
@@ -338,6 +345,59 @@ def _linear_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> M
 
 
 def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:
+    """A convolution's per-example moments by the faster of two exact forms for its shape (a fixed rule, so that
+    a run's round-off never depends on timing): one convolution grouped by example where the layer has few
+    input channels, else one batched matrix product per kernel offset."""
+    if unit.module.in_channels <= GROUPED_CONVOLUTION_MAX_IN_CHANNELS:
+        return _grouped_convolution_moments(unit, member, calls)
+    return _offset_convolution_moments(unit, member, calls)
+
+
+def _grouped_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:
+    """Example b's weight gradient, g_b[o, c, i, j] = sum_p delta_b[o, p] x_b[c, s p + d (i, j)] (stride s, dilation
+    d, over output positions p), is itself a convolution: of x_b's channel c with delta_b's channel o as the kernel,
+    at stride d and dilation s. One convolution grouped by example computes every example's gradient at once,
+    ``(in, B * out, kh, kw)``, whose moments are then added up."""
+    module = unit.module
+    weight = member[f"{unit.path}.weight"]
+    out_channels, in_channels, *kernel = weight.shape
+    one_dimensional = len(kernel) == 1
+    kernel = (1, *kernel) if one_dimensional else tuple(kernel)
+    dilation = (1, *module.dilation) if one_dimensional else module.dilation
+    stride = (1, *module.stride) if one_dimensional else module.stride
+    batch = calls[0][1].shape[0]
+    total = weight.new_zeros(out_channels, in_channels, *kernel)
+    total_square = torch.zeros_like(total)
+    bias_gradients = 0
+    chunk = max(1, OUTER_PRODUCT_VALUES // (out_channels * in_channels * kernel[0] * kernel[1]))
+    padded = []
+    for args, delta in calls:
+        x = args[0].unsqueeze(-2) if one_dimensional else args[0]
+        delta = delta.unsqueeze(-2) if one_dimensional else delta
+        if isinstance(module, SameConv2d):
+            x, padding = module.padded_input(x)
+        else:
+            padding = (0, *module.padding) if one_dimensional else module.padding
+        padded.append((F.pad(x, (padding[1], padding[1], padding[0], padding[0])), delta))
+        bias_gradients = bias_gradients + delta.sum((-2, -1))
+    for start in range(0, batch, chunk):
+        examples = slice(start, start + chunk)
+        g = 0
+        for x, delta in padded:
+            x, delta = x[examples], delta[examples]
+            n = x.shape[0]
+            responses = F.conv2d(x.transpose(0, 1), delta.reshape(n * out_channels, 1, *delta.shape[-2:]),
+                                 stride=dilation, dilation=stride, groups=n)  # (in, n * out, >= kh, >= kw)
+            g = g + responses[:, :, :kernel[0], :kernel[1]].reshape(in_channels, n, out_channels, *kernel)
+        total += g.sum(1).transpose(0, 1)
+        total_square += g.square_().sum(1).transpose(0, 1)
+    moments = {f"{unit.path}.weight": (total.view(weight.shape), total_square.view(weight.shape))}
+    if f"{unit.path}.bias" in unit.names:
+        moments[f"{unit.path}.bias"] = (bias_gradients.sum(0), bias_gradients.square().sum(0))
+    return moments
+
+
+def _offset_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:
     """A convolution's weight gradient at kernel offset (i, j) is sum_p delta_p x_{p + (i, j)}^T over output
     positions p: one batched matrix product ``(B, out, P) @ (B, P, in)`` per offset gives every example's
     ``(out, in)`` slice, whose moments are added up at once. Unlike ``F.unfold`` (a copy of the input per

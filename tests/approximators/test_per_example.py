@@ -129,8 +129,11 @@ def _varied_inputs(generator):
     return torch.cat([images, torch.randint(0, 5, (2, 4, 1), generator=generator).double()], dim=-1)
 
 
-def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monkeypatch):
+@pytest.mark.parametrize("grouped_up_to", [0, 1000], ids=["offset-convolutions", "grouped-convolutions"])
+def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monkeypatch, grouped_up_to):
+    """Both forms of a convolution's moments, on every kind of convolution here."""
     monkeypatch.setattr(per_example, "OUTER_PRODUCT_VALUES", 1)
+    monkeypatch.setattr(per_example, "GROUPED_CONVOLUTION_MAX_IN_CHANNELS", grouped_up_to)
     g = torch.Generator().manual_seed(0)
     factory = lambda: _Varied().double()  # noqa: E731
     model, params = _members(factory, 2)
