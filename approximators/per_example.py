@@ -347,39 +347,43 @@ def _linear_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> M
 def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:
     """A convolution's per-example moments by the faster of two exact forms for its shape (a fixed rule, so that
     a run's round-off never depends on timing): one convolution grouped by example where the layer has few
-    input channels, else one batched matrix product per kernel offset."""
-    if unit.module.in_channels <= GROUPED_CONVOLUTION_MAX_IN_CHANNELS:
-        return _grouped_convolution_moments(unit, member, calls)
-    return _offset_convolution_moments(unit, member, calls)
-
-
-def _grouped_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:
-    """Example b's weight gradient, g_b[o, c, i, j] = sum_p delta_b[o, p] x_b[c, s p + d (i, j)] (stride s, dilation
-    d, over output positions p), is itself a convolution: of x_b's channel c with delta_b's channel o as the kernel,
-    at stride d and dilation s. One convolution grouped by example computes every example's gradient at once,
-    ``(in, B * out, kh, kw)``, whose moments are then added up."""
+    input channels, else one batched matrix product per kernel offset. Both see every call as 2-D, its input
+    padded: ``(B, in, H, W)`` and its output's deltas ``(B, out, h, w)`` (a 1-D convolution has height 1)."""
     module = unit.module
     weight = member[f"{unit.path}.weight"]
-    out_channels, in_channels, *kernel = weight.shape
-    one_dimensional = len(kernel) == 1
-    kernel = (1, *kernel) if one_dimensional else tuple(kernel)
-    dilation = (1, *module.dilation) if one_dimensional else module.dilation
-    stride = (1, *module.stride) if one_dimensional else module.stride
-    batch = calls[0][1].shape[0]
-    total = weight.new_zeros(out_channels, in_channels, *kernel)
-    total_square = torch.zeros_like(total)
-    bias_gradients = 0
-    chunk = max(1, OUTER_PRODUCT_VALUES // (out_channels * in_channels * kernel[0] * kernel[1]))
-    padded = []
+    one_dimensional = weight.dim() == 3
+
+    def planar(pair, height: int = 1) -> tuple[int, int]:
+        """A 1-D convolution's size as the 2-D one of height ``height`` (1 for sizes, 0 for padding)."""
+        return (height, *pair) if one_dimensional else tuple(pair)
+
+    padded, bias_gradients = [], 0
     for args, delta in calls:
         x = args[0].unsqueeze(-2) if one_dimensional else args[0]
         delta = delta.unsqueeze(-2) if one_dimensional else delta
-        if isinstance(module, SameConv2d):
-            x, padding = module.padded_input(x)
-        else:
-            padding = (0, *module.padding) if one_dimensional else module.padding
+        x, padding = module.padded_input(x) if isinstance(module, SameConv2d) else (x, planar(module.padding, 0))
         padded.append((F.pad(x, (padding[1], padding[1], padding[0], padding[0])), delta))
         bias_gradients = bias_gradients + delta.sum((-2, -1))
+    form = (_grouped_convolution_moments if module.in_channels <= GROUPED_CONVOLUTION_MAX_IN_CHANNELS
+            else _offset_convolution_moments)
+    total, total_square = form(padded, weight.shape[:2], planar(weight.shape[2:]), planar(module.dilation),
+                               planar(module.stride))
+    moments = {f"{unit.path}.weight": (total.view(weight.shape), total_square.view(weight.shape))}
+    if f"{unit.path}.bias" in unit.names:
+        moments[f"{unit.path}.bias"] = (bias_gradients.sum(0), bias_gradients.square().sum(0))
+    return moments
+
+
+def _grouped_convolution_moments(padded, channels, kernel, dilation, stride) -> tuple[torch.Tensor, torch.Tensor]:
+    """Example b's weight gradient, g_b[o, c, i, j] = sum_p delta_b[o, p] x_b[c, s p + d (i, j)] (stride s, dilation
+    d, over output positions p), is itself a convolution: of x_b's channel c with delta_b's channel o as the kernel,
+    at stride d and dilation s. One convolution grouped by example computes every example's gradient at once,
+    ``(in, B * out, kh, kw)``; returns the sums over examples of g_b and g_b ** 2, ``(out, in, kh, kw)``."""
+    out_channels, in_channels = channels
+    batch = padded[0][1].shape[0]
+    total = padded[0][0].new_zeros(out_channels, in_channels, *kernel)
+    total_square = torch.zeros_like(total)
+    chunk = max(1, OUTER_PRODUCT_VALUES // total.numel())
     for start in range(0, batch, chunk):
         examples = slice(start, start + chunk)
         g = 0
@@ -391,35 +395,20 @@ def _grouped_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], ca
             g = g + responses[:, :, :kernel[0], :kernel[1]].reshape(in_channels, n, out_channels, *kernel)
         total += g.sum(1).transpose(0, 1)
         total_square += g.square_().sum(1).transpose(0, 1)
-    moments = {f"{unit.path}.weight": (total.view(weight.shape), total_square.view(weight.shape))}
-    if f"{unit.path}.bias" in unit.names:
-        moments[f"{unit.path}.bias"] = (bias_gradients.sum(0), bias_gradients.square().sum(0))
-    return moments
+    return total, total_square
 
 
-def _offset_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:
+def _offset_convolution_moments(padded, channels, kernel, dilation, stride) -> tuple[torch.Tensor, torch.Tensor]:
     """A convolution's weight gradient at kernel offset (i, j) is sum_p delta_p x_{p + (i, j)}^T over output
     positions p: one batched matrix product ``(B, out, P) @ (B, P, in)`` per offset gives every example's
     ``(out, in)`` slice, whose moments are added up at once. Unlike ``F.unfold`` (a copy of the input per
     offset), a stride-1 offset reads the padded input in place: flattened row by row, the inputs of
-    consecutive output positions are consecutive, once the deltas get zero columns for the padding's width."""
-    module = unit.module
-    weight = member[f"{unit.path}.weight"]
-    out_channels, in_channels, *kernel = weight.shape
-    one_dimensional = len(kernel) == 1
-    kernel_h, kernel_w = (1, *kernel) if one_dimensional else kernel
-    dilation_h, dilation_w = (1, *module.dilation) if one_dimensional else module.dilation
-    stride_h, stride_w = (1, *module.stride) if one_dimensional else module.stride
+    consecutive output positions are consecutive, once the deltas get zero columns for the padding's width.
+    Returns the sums over examples of g_b and g_b ** 2, ``(out, in, kh, kw)``."""
+    out_channels, in_channels = channels
+    (kernel_h, kernel_w), (dilation_h, dilation_w), (stride_h, stride_w) = kernel, dilation, stride
     windows = []  # per call: (deltas (B, out, positions), offset (i, j) -> inputs (B, in, positions))
-    bias_gradients = 0
-    for args, delta in calls:
-        x = args[0].unsqueeze(-2) if one_dimensional else args[0]
-        delta = delta.unsqueeze(-2) if one_dimensional else delta
-        if isinstance(module, SameConv2d):
-            x, padding = module.padded_input(x)
-        else:
-            padding = (0, *module.padding) if one_dimensional else module.padding
-        x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+    for x, delta in padded:
         height, width = delta.shape[-2:]
         if stride_h == stride_w == 1:
             padded_width = x.shape[-1]
@@ -438,10 +427,9 @@ def _offset_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], cal
                 return x[:, :, top:top + stride_h * (height - 1) + 1:stride_h,
                          left:left + stride_w * (width - 1) + 1:stride_w].flatten(2)
         windows.append((deltas, inputs))
-        bias_gradients = bias_gradients + delta.sum((-2, -1))
-    total = weight.new_zeros(out_channels, in_channels, kernel_h, kernel_w)
+    total = padded[0][0].new_zeros(out_channels, in_channels, kernel_h, kernel_w)
     total_square = torch.zeros_like(total)
-    batch = calls[0][1].shape[0]
+    batch = padded[0][1].shape[0]
     chunk = max(1, OUTER_PRODUCT_VALUES // (out_channels * in_channels))
     for i in range(kernel_h):
         for j in range(kernel_w):
@@ -451,10 +439,7 @@ def _offset_convolution_moments(unit: Unit, member: dict[str, torch.Tensor], cal
                         for deltas, inputs in windows)  # (chunk, out, in)
                 total[:, :, i, j] += g.sum(0)
                 total_square[:, :, i, j] += g.square_().sum(0)
-    moments = {f"{unit.path}.weight": (total.view(weight.shape), total_square.view(weight.shape))}
-    if f"{unit.path}.bias" in unit.names:
-        moments[f"{unit.path}.bias"] = (bias_gradients.sum(0), bias_gradients.square().sum(0))
-    return moments
+    return total, total_square
 
 
 def _filter_response_norm_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls) -> Moments:

@@ -71,6 +71,7 @@ from bench.errors import BenchError, BudgetExhausted, ConfigError
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.likelihoods import Likelihood, log_prior
 from bench.records import read_result
+from bench.runner import RunSpec, run as run_spec
 from bench.tasks import task_names
 
 
@@ -86,8 +87,6 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
     A finished run in the same folder is an error unless ``force``. Every failure raises a
     :class:`BenchError` whose message is the one line the command line would print.
     """
-    from bench.runner import RunSpec, run as run_spec
-
     overrides = tuple((str(key), _setting_text(value)) for key, value in (settings or {}).items())
     call = ", ".join([f"task={task!r}", f"method={getattr(method, '__qualname__', method)!r}",
                       f"budget={budget!r}", f"seed={seed!r}", *([f"settings={settings!r}"] if settings else [])])

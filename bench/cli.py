@@ -479,7 +479,7 @@ def _cmd_methods(args) -> int:
 
     task = get_task(args.task, args.cache).name if args.task else None
     wanted = list(dict.fromkeys(args.methods or []))
-    loaded, broken = [], []
+    broken = []
     if wanted:
         loaded = [(method, method_source(method) or "built-in") for method in map(get_method, wanted)]
     else:
@@ -491,12 +491,12 @@ def _cmd_methods(args) -> int:
                 broken.append({"method": name, "source": f"plugin {entry.value}", "what": f"cannot be loaded: {error}"})
     rows, settings = [], []
     for method, source in loaded:
-        # a method that changes the network approximates another posterior than the reference's
-        change = method.architecture_change(resolve_config(method, task) if task else method.Config())
-        rows.append({"method": method.name, "source": source, "what": method.summary, "paper": method.paper,
-                     "network": "task's" if change is None else f"changed: {change}"})
         defaults = method.Config()
         config = resolve_config(method, task) if task else defaults
+        # a method that changes the network approximates another posterior than the reference's
+        change = method.architecture_change(config)
+        rows.append({"method": method.name, "source": source, "what": method.summary, "paper": method.paper,
+                     "network": "task's" if change is None else f"changed: {change}"})
         settings.append({"method": method.name, "settings" if not task else f"settings on {task}": ", ".join(
             f"{field.name}={getattr(config, field.name)}" + ("*" if getattr(config, field.name)
                                                               != getattr(defaults, field.name) else "")

@@ -45,15 +45,30 @@ def _differences(held: dict, wanted: dict) -> str:
                      for k in keys if held.get(k) != wanted.get(k))
 
 
+def as_recorded(values: dict) -> dict:
+    """``values`` (a resolved configuration) as a run record holds them, through JSON: what a record is compared with."""
+    return json.loads(json_bytes(values))
+
+
+def finished_with(folder: Path, config: dict | None = None) -> bool:
+    """Whether ``folder`` holds a finished run; one of another configuration than ``config`` (when given), or
+    whose record holds no configuration, is refused, naming what differs. Changes nothing."""
+    if not (folder / RESULT).exists():
+        return False
+    held = read_result(folder).get("config")
+    wanted = as_recorded(config) if config is not None else None
+    if wanted is not None and held != wanted:
+        if not isinstance(held, dict):  # a damaged record: nothing to compare, nothing to reuse
+            raise BenchError(f"{folder} already holds a finished run; pass --force to overwrite it")
+        raise BenchError(f"{folder} already holds a finished run of another configuration ("
+                         f"{_differences(held, wanted)}); choose another --out, or pass --force to replace it")
+    return True
+
+
 def check_unfinished(folder: Path, force: bool, config: dict | None = None) -> None:
     """Fails if ``folder`` holds a finished run and ``force`` is off, naming what differs from ``config``
-    when the configurations differ; changes nothing."""
-    if (folder / RESULT).exists() and not force:
-        held = read_result(folder).get("config")
-        wanted = json.loads(json_bytes(config)) if config is not None else None
-        if isinstance(held, dict) and wanted is not None and held != wanted:
-            raise BenchError(f"{folder} already holds a finished run of another configuration ("
-                             f"{_differences(held, wanted)}); choose another --out, or pass --force to replace it")
+    when the configurations differ (:func:`finished_with`); changes nothing."""
+    if not force and finished_with(folder, config):
         raise BenchError(f"{folder} already holds a finished run; pass --force to overwrite it")
 
 

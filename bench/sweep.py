@@ -28,7 +28,6 @@ from approximators import get_method, resolve_config
 from bench import executors, records
 from bench.errors import ConfigError
 from bench.executors import Outcome
-from bench.io import json_bytes
 from bench.progress import Progress, run_title
 from bench.runner import RunSpec, resolve_device
 from bench.tasks import get_task, task_names
@@ -73,19 +72,9 @@ class PlannedRun:
 
 
 def _normalised(config) -> dict:
-    """A config as its run record holds it (through JSON), so that it compares equal to a record's."""
-    return json.loads(json_bytes(asdict(config)))
-
-
-def _finished_with(folder: Path, config: dict) -> bool:
-    """True if ``folder`` holds a finished run of ``config``; a finished run of another one is refused, naming
-    what differs."""
-    if not (folder / records.RESULT).exists():
-        return False
-    if records.read_result(folder).get("config") == config:
-        return True
-    records.check_unfinished(folder, force=False, config=config)  # raises, naming both configurations
-    return False
+    """A config as its run record holds it (through JSON): what a finished run's record is compared with, and
+    what tells two variants' configurations apart."""
+    return records.as_recorded(asdict(config))
 
 
 def plan(methods: list[str], tasks: list[str] | None, budgets: list[float], seeds: list[int],
@@ -117,7 +106,7 @@ def plan(methods: list[str], tasks: list[str] | None, budgets: list[float], seed
                     folder = records.run_folder(root, task, name, budget, seed)
                     spec = RunSpec(task=task, method=given, budget=budget, seed=seed, device=device, out=root,
                                    overrides=variant.overrides, force=force, cache=cache, command=command)
-                    finished = not force and _finished_with(folder, config)
+                    finished = not force and records.finished_with(folder, config)
                     runs.append(PlannedRun(spec, name, variant.name, folder, finished))
     return runs
 

@@ -20,9 +20,10 @@ def method_defaults(method: str, task: str) -> dict | None:
         return None
     # Imported here, not at the top: approximators imports torch, which only a legend needs.
     from approximators import get_method, resolve_config
+    from bench.records import as_recorded
 
     try:
-        return json.loads(json.dumps(dataclasses.asdict(resolve_config(get_method(method), task))))
+        return as_recorded(dataclasses.asdict(resolve_config(get_method(method), task)))
     except Exception:  # a plugin is code outside bdl-bench: whatever it raises, the legend shows the stored config
         return None
 
