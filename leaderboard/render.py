@@ -84,6 +84,13 @@ _MARKDOWN_ESCAPES = str.maketrans({
 })
 
 
+def printable_text(text: str) -> str:
+    """``text`` with every character that is not printable as a space: no line break, tab, terminal escape or
+    bidirectional override reaches a table, and no cell can read as tabulate's separating-line marker (``\\x01``),
+    which would drop the table's rows."""
+    return "".join(ch if ch.isprintable() else " " for ch in str(text))
+
+
 def md_text(text: str) -> str:
     """Text for a Markdown table cell, heading or paragraph that shows as written and cannot change the document.
 
@@ -94,8 +101,7 @@ def md_text(text: str) -> str:
     escaped; ``&``, ``<`` and ``>`` become entities, so no HTML passes. Emphasis characters (``*``, ``_``,
     ``~``) are left alone: they can change the typeface, not the table.
     """
-    printable = "".join(ch if ch.isprintable() else " " for ch in str(text))
-    return printable.translate(_MARKDOWN_ESCAPES)
+    return printable_text(text).translate(_MARKDOWN_ESCAPES)
 
 
 def _mean_std_text(values: list[float]) -> str:
@@ -352,7 +358,9 @@ def html_page(all_tracks: list[Track]) -> str:
             body.extend(f"<p>{escape(note)}</p>" for note in changed_network_notes(track))
             if track.blocks:
                 body.append(f"<p>{escape(BLOCKS_EXPLANATION)}.</p>")
-                body.append(tabulate(_block_rows(track), headers="keys", tablefmt="html", disable_numparse=True))
+                # The block's name comes first in its rows: a stored name must not read as a separating line.
+                body.append(tabulate(_block_rows(track, printable_text), headers="keys", tablefmt="html",
+                                     disable_numparse=True))
             legend, notes = _configuration_legend(track, escape), _notes(track, escape)
             if legend:
                 body.append(f"<p>{_legend_intro(track, escape)}:</p>" + _html_list(legend))

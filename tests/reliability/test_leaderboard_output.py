@@ -30,7 +30,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
@@ -277,6 +277,8 @@ def parsed(page: str) -> PageParser:
 @PROPERTY
 @given(method=texts, task=texts, submitter=texts, device=texts, change=texts, label=labels, notes=texts,
        block=block_names)
+# tabulate reads a first cell of "\x01" as its separating-line marker and dropped the block table's rows
+@example(method="", task="", submitter="", device="", change="", label=None, notes="", block="\x01")
 def test_html_page_and_its_svg_escape_text_attributes_and_titles(method, task, submitter, device, change, label,
                                                                  notes, block):
     def page(method, task, submitter, device, change, label, notes, block):
