@@ -38,6 +38,7 @@ data-augmentation factor rho are 0 and 1 (our posterior has neither).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
@@ -90,15 +91,22 @@ VOGN_DEFAULTS = {
 
 @dataclass
 class VOGNState:
+    """mu, m and s, each ``(K, D)``, and buffers reused every step (fresh ``(K, D)`` tensors each step cost a
+    large model more in page faults than the update's arithmetic)."""
+
     params: torch.Tensor  # mu (K, D)
     momentum: torch.Tensor
     precision: torch.Tensor  # s
     noise: NoiseStream
-    draw: torch.Tensor  # buffer for w_k
+    draw: torch.Tensor  # w_k
+    moments: tuple[torch.Tensor, torch.Tensor]  # (g, h)
+    sample_moments: tuple[torch.Tensor, torch.Tensor] | None  # (g_k, h_k) of the second and later samples
+    scratch: torch.Tensor  # sigma, then s + delta~
     step: int = 0  # steps taken
 
     def sigma(self, n_train: int, delta_tilde: float) -> torch.Tensor:
-        return (self.precision + delta_tilde).mul_(n_train).rsqrt_()
+        """sigma ``(K, D)``, in :attr:`scratch` (valid until the next update)."""
+        return torch.add(self.precision, delta_tilde, out=self.scratch).mul_(n_train).rsqrt_()
 
 
 class VOGNRule:
@@ -115,19 +123,26 @@ class VOGNRule:
         return self.taus[step] * self.delta / self.n_train
 
     def init(self, params: torch.Tensor) -> VOGNState:
+        buffer = functools.partial(torch.empty_like, params, requires_grad=False)
         return VOGNState(params, torch.zeros_like(params), self.initial_precision.clone(),
-                         NoiseStream(self.generators, params), torch.empty_like(params))
+                         NoiseStream(self.generators, params), buffer(), (buffer(), buffer()),
+                         (buffer(), buffer()) if self.mc_samples > 1 else None, buffer())
 
     def gradient(self, objective: Objective, state: VOGNState, x: torch.Tensor, y: torch.Tensor):
         """(g, h): the per-example moments at ``mc_samples`` draws from q, averaged over the draws."""
         with torch.no_grad():
             sigma = state.sigma(self.n_train, self.delta_tilde(state.step))
-        g = h = None
-        for _ in range(self.mc_samples):
+        g, h = state.moments
+        for sample in range(self.mc_samples):
             with torch.no_grad():
                 torch.addcmul(state.params, sigma, state.noise.next(), out=state.draw)
-            g_k, h_k = gradient_moments(objective.model, objective.likelihood, state.draw, x, y)
-            g, h = (g_k, h_k) if g is None else (g.add_(g_k), h.add_(h_k))
+            if sample == 0:
+                gradient_moments(objective.model, objective.likelihood, state.draw, x, y, out=state.moments)
+            else:
+                g_k, h_k = gradient_moments(objective.model, objective.likelihood, state.draw, x, y,
+                                            out=state.sample_moments)
+                g.add_(g_k)
+                h.add_(h_k)
         if self.mc_samples > 1:  # in place: each pass over D values counts on a large model
             g.div_(self.mc_samples)
             h.div_(self.mc_samples)
@@ -139,7 +154,8 @@ class VOGNRule:
         with torch.no_grad():
             state.momentum.mul_(self.beta1).add_(g).add_(state.params, alpha=delta_tilde)
             state.precision.mul_(1 - tau * self.beta2).add_(h, alpha=self.beta2)
-            state.params.addcdiv_(state.momentum, state.precision + delta_tilde, value=-self.lr)
+            denominator = torch.add(state.precision, delta_tilde, out=state.scratch)
+            state.params.addcdiv_(state.momentum, denominator, value=-self.lr)
         state.step = step + 1
         return state
 

@@ -42,9 +42,9 @@ class ParameterLayout:
     def size(self) -> int:
         return sum(s.numel() for s in self.shapes)
 
-    def flatten(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``{name: (K, *shape)}`` -> ``(K, D)``."""
-        return torch.cat([params[n].flatten(1) for n in self.names], dim=1)
+    def flatten(self, params: dict[str, torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+        """``{name: (K, *shape)}`` -> ``(K, D)``, into ``out`` where given."""
+        return torch.cat([params[n].flatten(1) for n in self.names], dim=1, out=out)
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``(K, D)`` -> ``{name: (K, *shape)}`` as views of ``flat``."""

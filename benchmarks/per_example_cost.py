@@ -4,9 +4,9 @@
 
 One minibatch of random tensors of each task's official input shape. Plain SGD step: forward, backward and
 ``torch.optim.SGD.step`` on one ``nn.Module``. Against it, in the same run, the mean and mean square of the
-per-example gradients (``approximators.per_example.gradient_moments``, one member) by the path the model
-takes (layer-wise rules; Goodfellow's identity on the MLP) and by the generic ``vmap(grad)`` path. Each figure
-is the fastest of ``--repeats`` (the machine is shared).
+per-example gradients (``approximators.per_example.gradient_moments``, one member, into outputs it reuses, as
+VOGN does) by the path the model takes (layer-wise rules; Goodfellow's identity on the MLP) and by the generic
+``vmap(grad)`` path. Each figure is the fastest of ``--repeats`` (the machine is shared).
 """
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ def main() -> None:
         path = "Goodfellow (MLP)" if model.mlp_layers is not None else "layer-wise" if plan else "vmap"
         plain_step()
         plain = fastest(plain_step, args.repeats, device)
-        fast = fastest(lambda: per_example.gradient_moments(model, task.likelihood, params, xs, ys), args.repeats,
-                       device)
-        generic = fastest(lambda: per_example._vmap_moments(model, task.likelihood, params, xs, ys),
+        out = (torch.empty_like(params), torch.empty_like(params))  # reused, as a training loop does
+        fast = fastest(lambda: per_example.gradient_moments(model, task.likelihood, params, xs, ys, out=out),
+                       args.repeats, device)
+        generic = fastest(lambda: per_example._vmap_moments(model, task.likelihood, params, xs, ys, out),
                           max(1, args.repeats // 2), device)
         rows.append({"task": name, "plain SGD step (s)": plain, "path": path, "moments / step": fast / plain,
                      "vmap moments / step": generic / plain})

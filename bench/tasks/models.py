@@ -43,6 +43,7 @@ copies can be evaluated with ``torch.func.vmap(torch.func.functional_call(...))`
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -188,6 +189,11 @@ class HaikuLSTM(nn.Module):
         self.linear = haiku_linear(input_size + hidden_size, 4 * hidden_size)
 
     def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        return self.unroll(sequence)
+
+    def unroll(self, sequence: torch.Tensor, on_step: Callable[[torch.Tensor, torch.Tensor], None] | None = None):
+        """:meth:`forward`, calling ``on_step(gates, hidden)`` with each step's pre-activations ``(N, 4 * hidden)``
+        and the hidden state they were computed from ``(N, hidden)`` (per-example gradients read them)."""
         # Splitting the weight into its input and recurrent columns lets all input projections run
         # as one matmul; it computes exactly the linear map on concat[x_t, h_{t-1}].
         input_weight, recurrent_weight = self.linear.weight.split([self.input_size, self.hidden_size], dim=1)
@@ -195,7 +201,10 @@ class HaikuLSTM(nn.Module):
         hidden = sequence.new_zeros(sequence.shape[0], self.hidden_size)
         cell = sequence.new_zeros(sequence.shape[0], self.hidden_size)
         for step in range(sequence.shape[1]):
-            hidden, cell = lstm_cell(input_gates[:, step] + F.linear(hidden, recurrent_weight), cell)
+            gates = input_gates[:, step] + F.linear(hidden, recurrent_weight)
+            if on_step is not None:
+                on_step(gates, hidden)
+            hidden, cell = lstm_cell(gates, cell)
         return hidden
 
 

@@ -11,7 +11,7 @@ from approximators.per_example import gradient_moments
 from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import Categorical, HeteroscedasticGaussian
 from bench.tasks.competition import SPECS, synthetic_task
-from bench.tasks.models import FilterResponseNorm, SameConv2d
+from bench.tasks.models import FilterResponseNorm, HaikuLSTM, SameConv2d
 
 
 def _loop_moments(factory, likelihood, params, x, y):
@@ -28,6 +28,11 @@ def _loop_moments(factory, likelihood, params, x, y):
         means.append(grads.mean(0))
         squares.append(grads.square().mean(0))
     return torch.stack(means), torch.stack(squares)
+
+
+def _unwritten(params):
+    """Output buffers holding NaN: a rule that leaves any of its parameters' values unwritten shows."""
+    return torch.full_like(params, float("nan")), torch.full_like(params, float("nan"))
 
 
 def _members(factory, k):
@@ -47,7 +52,7 @@ def test_mlp_moments_equal_the_per_example_loop(likelihood, fast_path):
     model = StackedModel(_mlp(), fast_path=fast_path)
     x = torch.randn(3, 9, 3, generator=g)
     y = torch.randn(3, 9, generator=g) if likelihood.kind == "regression" else torch.randint(0, 2, (3, 9), generator=g)
-    mean, mean_square = gradient_moments(model, likelihood, params, x, y)
+    mean, mean_square = gradient_moments(model, likelihood, params, x, y, out=_unwritten(params))
     expected_mean, expected_square = _loop_moments(_mlp, likelihood, params, x, y)
     torch.testing.assert_close(mean, expected_mean, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(mean_square, expected_square, rtol=1e-5, atol=1e-9)
@@ -71,13 +76,14 @@ def test_competition_model_moments_equal_the_per_example_loop(task_name, path, m
     ResNet-20-FRN (its normalisation divides by small mean squares), in float64 by 1e-16."""
     monkeypatch.setattr(per_example, "PER_EXAMPLE_VALUES", 1)
     monkeypatch.setattr(per_example, "OUTER_PRODUCT_VALUES", 1)
+    monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", 1)
     if path == "vmap":
         monkeypatch.setattr(per_example, "_layerwise_moments", per_example._vmap_moments)
     task = synthetic_task(task_name, rows=6)
     factory = lambda: task.model_factory().double()  # noqa: E731
     model, params = _members(factory, 2)
     x, y = _double_batches(task)
-    mean, mean_square = gradient_moments(model, task.likelihood, params, x, y)
+    mean, mean_square = gradient_moments(model, task.likelihood, params, x, y, out=_unwritten(params))
     expected_mean, expected_square = _loop_moments(factory, task.likelihood, params, x, y)
     torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
@@ -100,8 +106,8 @@ class _Scaled(nn.Module):
 
 
 class _Varied(nn.Module):
-    """Units called twice, strides, dilations, paddings, a non-square kernel, a unit without a rule, and FRN on an input with zeros
-    (where its threshold ties: z = beta = tau = 0)."""
+    """Units called twice (a convolution among them), strides, dilations, paddings, a non-square kernel, a unit
+    without a rule, and FRN on an input with zeros (where its threshold ties: z = beta = tau = 0)."""
 
     def __init__(self):
         super().__init__()
@@ -117,7 +123,7 @@ class _Varied(nn.Module):
 
     def forward(self, x):
         images, token = x[:, :-1].reshape(-1, 2, 5, 5), x[:, -1].long()
-        h = self.dilated(self.same(self.conv(self.norm(images))))  # (B, 3, 4, 2)
+        h = self.dilated(self.same(self.same(self.conv(self.norm(images)))))  # (B, 3, 4, 2)
         h = self.conv1d(h.flatten(2)).flatten(1)  # (B, 4 * 5)
         h = self.scaled(self.scaled(h) + self.embedding(token))
         return self.head(torch.tanh(self.shared(torch.tanh(self.shared(h)))) + self.embedding(token))
@@ -129,18 +135,19 @@ def _varied_inputs(generator):
     return torch.cat([images, torch.randint(0, 5, (2, 4, 1), generator=generator).double()], dim=-1)
 
 
-@pytest.mark.parametrize("grouped_up_to", [0, 1000], ids=["offset-convolutions", "grouped-convolutions"])
-def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monkeypatch, grouped_up_to):
-    """Both forms of a convolution's moments, on every kind of convolution here."""
+@pytest.mark.parametrize("window_values", [1, 2**30], ids=["one-example-per-chunk", "one-chunk"])
+def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monkeypatch, window_values):
+    """Every kind of convolution here, its examples' windows copied one at a time or all at once."""
     monkeypatch.setattr(per_example, "OUTER_PRODUCT_VALUES", 1)
-    monkeypatch.setattr(per_example, "GROUPED_CONVOLUTION_MAX_IN_CHANNELS", grouped_up_to)
+    monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", window_values)
     g = torch.Generator().manual_seed(0)
     factory = lambda: _Varied().double()  # noqa: E731
     model, params = _members(factory, 2)
     x, y = _varied_inputs(g), torch.randint(0, 3, (2, 4), generator=g)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        mean, mean_square = gradient_moments(model, Categorical(), params, x, y)
+        gradient_moments(model, Categorical(), params, x, y)  # plans on its first use, then the planned path:
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
     rules = {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]}
     assert rules == {"norm": "_filter_response_norm_rule", "conv": "_convolution_rule", "conv1d": "_convolution_rule",
                      "same": "_convolution_rule", "dilated": "_convolution_rule", "scaled": "_unit_vjp_rule", "shared": "_linear_rule",
@@ -148,6 +155,36 @@ def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monk
     expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
     torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+
+
+class _TwoLSTMCalls(nn.Module):
+    """An LSTM reading the raw input (nothing before it requires grad) and called twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = HaikuLSTM(2, 3)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.head(self.lstm(x) + self.lstm(x.flip(1)))
+
+
+def test_an_lstm_on_the_raw_input_called_twice_equals_the_loop():
+    """The LSTM's rule reads the pre-activations the recorder kept: each call's own, summed per example."""
+    g = torch.Generator().manual_seed(3)
+    factory = lambda: _TwoLSTMCalls().double()  # noqa: E731
+    model, params = _members(factory, 2)
+    x, y = torch.randn(2, 4, 5, 2, generator=g, dtype=torch.float64), torch.randint(0, 2, (2, 4), generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gradient_moments(model, Categorical(), params, x, y)
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
+    assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == {
+        "lstm": "_lstm_rule", "head": "_linear_rule"}
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
+    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+    assert type(model.base.lstm).forward is HaikuLSTM.forward and "forward" not in vars(model.base.lstm)
 
 
 class _Leaky(nn.Module):
