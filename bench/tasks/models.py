@@ -200,8 +200,10 @@ class HaikuLSTM(nn.Module):
         input_gates = F.linear(sequence, input_weight, self.linear.bias)
         hidden = sequence.new_zeros(sequence.shape[0], self.hidden_size)
         cell = sequence.new_zeros(sequence.shape[0], self.hidden_size)
-        for step in range(sequence.shape[1]):
-            gates = input_gates[:, step] + F.linear(hidden, recurrent_weight)
+        # unbind, not indexing per step: its backward stacks the steps' gradients once, where each index's
+        # backward would fill a zero tensor of the whole sequence's size.
+        for step_gates in input_gates.unbind(1):
+            gates = step_gates + F.linear(hidden, recurrent_weight)
             if on_step is not None:
                 on_step(gates, hidden)
             hidden, cell = lstm_cell(gates, cell)
