@@ -41,9 +41,9 @@ g_i = grad_w [-log p(y_i | x_i, w_k)] the gradient of example i alone:
   against autograd's and, if they differ (a parameter used outside the module that holds it), warns and
   uses the next path from then on (recomputing that one minibatch). Per-example values are formed in
   chunks of examples small enough to stay in the CPU's cache (:data:`OUTER_PRODUCT_VALUES`,
-  :data:`CONVOLUTION_WINDOW_VALUES`), and every rule
-  writes its sums into the caller's flat ``(K, D)`` outputs (no per-step allocation of ``D`` values: on a
-  CPU, fresh tensors of tens of megabytes cost more in page faults than the arithmetic on them).
+  :data:`CONVOLUTION_WINDOW_VALUES`), and every rule writes its sums into the caller's flat ``(K, D)``
+  outputs (no per-step allocation of ``D`` values: on a CPU, fresh tensors of tens of megabytes cost more
+  in page faults than the arithmetic on them).
 - **Any other model**: ``torch.func.vmap`` over members and over examples of ``torch.func.grad`` of the
   one-example loss (``functional_call`` on the model), in chunks of examples that bound the
   ``(K, chunk, D)`` per-example gradients held at once.
@@ -198,7 +198,7 @@ class _Recorder:
         self.modules = modules
         self.calls: dict[str, list[tuple[list[torch.Tensor], list[torch.Tensor]]]] = {path: [] for path in modules}
         self.unsupported: set[str] = set()
-        self._steps: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._steps: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}  # by id(module), until its hook
 
     def __enter__(self) -> "_Recorder":
         self.handles = [module.register_forward_hook(self._hook(path), with_kwargs=True)
@@ -402,40 +402,34 @@ def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls,
 
     (kernel_h, kernel_w), (dilation_h, dilation_w) = planar(weight.shape[2:]), planar(module.dilation)
     stride_h, stride_w = planar(module.stride)
-    windows, bias_gradients = [], 0  # per call: (deltas (B, out, P), inputs(examples) -> (n, in kh kw, P))
+    windows, bias_gradients = [], 0  # per call: (deltas (B, out, P), its input windows (B, in, kh, kw, h, w), a view)
     for args, (delta,) in calls:
         x = args[0].unsqueeze(-2) if one_dimensional else args[0]
         delta = delta.unsqueeze(-2) if one_dimensional else delta
         x, padding = module.padded_input(x) if isinstance(module, SameConv2d) else (x, planar(module.padding, 0))
         x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
-        height, width = delta.shape[-2:]
-
-        def inputs(examples: slice, out: torch.Tensor, x=x, height=height, width=width) -> torch.Tensor:
-            """The windows of ``x[examples]`` as ``(n, in kh kw, P)``, copied into ``out``."""
-            part = x[examples]
-            n, channels, _, _ = part.shape
-            batch_stride, channel_stride, row_stride, column_stride = part.stride()
-            view = part.as_strided((n, channels, kernel_h, kernel_w, height, width),
-                                   (batch_stride, channel_stride, dilation_h * row_stride, dilation_w * column_stride,
-                                    stride_h * row_stride, stride_w * column_stride))
-            return out[:n].view(view.shape).copy_(view).view(n, -1, height * width)
-
-        windows.append((delta.flatten(2), inputs))
+        batch_stride, channel_stride, row_stride, column_stride = x.stride()
+        view = x.as_strided((*x.shape[:2], kernel_h, kernel_w, *delta.shape[-2:]),
+                            (batch_stride, channel_stride, dilation_h * row_stride, dilation_w * column_stride,
+                             stride_h * row_stride, stride_w * column_stride))
+        windows.append((delta.flatten(2), view))
         bias_gradients = bias_gradients + delta.sum((-2, -1))
     total, total_square = (t.view(weight.shape[0], -1).zero_() for t in sums[f"{unit.path}.weight"])
-    batch, positions = windows[0][0].shape[0], windows[0][0].shape[-1]
-    chunk = min(batch, max(1, CONVOLUTION_WINDOW_VALUES // (total.shape[1] * positions)))
+    batch = windows[0][0].shape[0]
+    largest = max(view[0].numel() for _, view in windows)  # one example's windows in its largest call
+    chunk = min(batch, max(1, CONVOLUTION_WINDOW_VALUES // largest))
     # Buffers for a chunk, reused: fresh megabytes per chunk cost more in page faults than the products.
-    window = total.new_empty(chunk, total.shape[1], positions)
+    window = total.new_empty(chunk * largest)
     per_example = total.new_empty(chunk, *total.shape)
     for start in range(0, batch, chunk):
         examples = slice(start, start + chunk)
-        for call, (deltas, inputs) in enumerate(windows):
-            u = inputs(examples, window).transpose(1, 2)
+        for call, (deltas, view) in enumerate(windows):
+            part = view[examples]
+            u = window[:part.numel()].view(part.shape).copy_(part).view(len(part), total.shape[1], -1)
             if call == 0:
-                g = torch.bmm(deltas[examples], u, out=per_example[:len(u)])
+                g = torch.bmm(deltas[examples], u.transpose(1, 2), out=per_example[:len(u)])
             else:
-                g.baddbmm_(deltas[examples], u)
+                g.baddbmm_(deltas[examples], u.transpose(1, 2))
         total += g.sum(0)
         total_square += g.square_().sum(0)
     if f"{unit.path}.bias" in unit.names:

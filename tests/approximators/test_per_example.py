@@ -187,6 +187,36 @@ def test_an_lstm_on_the_raw_input_called_twice_equals_the_loop():
     assert type(model.base.lstm).forward is HaikuLSTM.forward and "forward" not in vars(model.base.lstm)
 
 
+class _TwoSizes(nn.Module):
+    """One convolution applied at two resolutions: its calls have different numbers of output positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):
+        images = x.reshape(-1, 2, 6, 6)
+        pooled = self.conv(images).mean((-2, -1)) + self.conv(nn.functional.avg_pool2d(images, 2)).mean((-2, -1))
+        return self.head(pooled)
+
+
+@pytest.mark.parametrize("window_values", [1, 2**30], ids=["one-example-per-chunk", "one-chunk"])
+def test_a_convolution_called_at_two_sizes_equals_the_loop(monkeypatch, window_values):
+    monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", window_values)
+    g = torch.Generator().manual_seed(4)
+    factory = lambda: _TwoSizes().double()  # noqa: E731
+    model, params = _members(factory, 2)
+    x, y = torch.randn(2, 4, 72, generator=g, dtype=torch.float64), torch.randint(0, 2, (2, 4), generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
+    assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == {
+        "conv": "_convolution_rule", "head": "_linear_rule"}
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
+    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+
 class _Leaky(nn.Module):
     """Uses its head's weight outside the head: the layer-wise path would miss that use."""
 
