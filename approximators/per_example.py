@@ -352,6 +352,23 @@ def _rule(module: nn.Module, path: str, names: list[str]):
     return _unit_vjp_rule
 
 
+def _add_chunk_moments(total: torch.Tensor, total_square: torch.Tensor, batch: int, chunk: int,
+                       gradients: Callable[[slice, torch.Tensor], torch.Tensor]) -> None:
+    """Fills ``total`` and ``total_square`` (a weight's sums, any view of ``(rows, columns)`` values) with the sums
+    over ``batch`` examples of g_i and g_i ** 2, where ``gradients(examples, out)`` writes the per-example gradients
+    of a chunk of at most ``chunk`` examples into ``out`` ``(len, rows, columns)`` and returns it. Summing the
+    per-example gradients costs less than a separate product for ``total`` (LSTM of the CNN-LSTM: 12 against
+    17 ms)."""
+    total.zero_()
+    total_square.zero_()
+    # One buffer, reused: fresh megabytes per chunk cost more in page faults than the products.
+    per_example = total.new_empty(chunk, total.shape[0], total[0].numel())
+    for start in range(0, batch, chunk):
+        g = gradients(slice(start, min(start + chunk, batch)), per_example)
+        total += g.sum(0).view(total.shape)
+        total_square += g.square_().sum(0).view(total.shape)
+
+
 def _outer_product_moments(weight: str, bias: str | None, inputs: torch.Tensor, deltas: torch.Tensor,
                            sums: Moments) -> None:
     """Sums of g_i = sum_p deltas[i, p] inputs[i, p]^T (the weight, viewed as ``(out, in)``) and of
@@ -363,25 +380,26 @@ def _outer_product_moments(weight: str, bias: str | None, inputs: torch.Tensor, 
         torch.mm(d.square().T, a.square(), out=total_square)
         bias_gradients = d
     else:
-        torch.mm(deltas.flatten(0, 1).T, inputs.flatten(0, 1), out=total)  # the summed gradient at once
-        total_square.zero_()
         batch = inputs.shape[0]
-        per_example = inputs.new_empty(min(batch, max(1, OUTER_PRODUCT_VALUES // total.numel())), *total.shape)
-        for start in range(0, batch, len(per_example)):
-            examples = slice(start, start + len(per_example))
-            g = torch.bmm(deltas[examples].transpose(1, 2), inputs[examples], out=per_example[:len(deltas[examples])])
-            total_square += g.square_().sum(0)
+        _add_chunk_moments(total, total_square, batch, min(batch, max(1, OUTER_PRODUCT_VALUES // total.numel())),
+                           lambda examples, out: torch.bmm(deltas[examples].transpose(1, 2), inputs[examples],
+                                                           out=out[:examples.stop - examples.start]))
         bias_gradients = deltas.sum(1)
     if bias is not None:
         torch.sum(bias_gradients, 0, out=sums[bias][0])
         torch.sum(bias_gradients.square(), 0, out=sums[bias][1])
 
 
+def _joined(per_call: list[torch.Tensor]) -> torch.Tensor:
+    """A unit's calls' tensors ``(B, P_c, ...)`` as one ``(B, sum_c P_c, ...)``; a single call's as it is (no copy)."""
+    return per_call[0] if len(per_call) == 1 else torch.cat(per_call, dim=1)
+
+
 def _linear_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls, sums: Moments) -> None:
     module = unit.module
     batch = calls[0][1][0].shape[0]
-    inputs = torch.cat([args[0].reshape(batch, -1, module.in_features) for args, _ in calls], dim=1)
-    deltas = torch.cat([delta.reshape(batch, -1, module.out_features) for _, (delta,) in calls], dim=1)
+    inputs = _joined([args[0].reshape(batch, -1, module.in_features) for args, _ in calls])
+    deltas = _joined([delta.reshape(batch, -1, module.out_features) for _, (delta,) in calls])
     bias = f"{unit.path}.bias" if f"{unit.path}.bias" in unit.names else None
     _outer_product_moments(f"{unit.path}.weight", bias, inputs, deltas, sums)
 
@@ -391,7 +409,12 @@ def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls,
     dilation d, over output positions p): the product of its deltas ``(out, P)`` with its input windows
     ``(P, in kh kw)``, read from the padded input by a strided view and copied a chunk of examples at a time
     (:data:`CONVOLUTION_WINDOW_VALUES`). Every call is seen as 2-D, its input padded, ``(B, in, H, W)``, and its
-    output's deltas ``(B, out, h, w)`` (a 1-D convolution has height 1); a unit's calls add up before squaring."""
+    output's deltas ``(B, out, h, w)`` (a 1-D convolution has height 1); a unit's calls add up before squaring.
+
+    The copy follows the input's memory order: for a channels-last input (an embedding's output transposed, as
+    in the CNN-LSTM) the windows are laid out ``(P, kh, kw, in)``, channels innermost, so that the copy reads
+    contiguous runs (3x faster there than gathering every channel's positions) and g_b comes out in the order
+    ``(out, kh, kw, in)``; otherwise ``(in, kh, kw, P)``, positions innermost."""
     module = unit.module
     weight = member[f"{unit.path}.weight"]
     one_dimensional = weight.dim() == 3
@@ -402,36 +425,44 @@ def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls,
 
     (kernel_h, kernel_w), (dilation_h, dilation_w) = planar(weight.shape[2:]), planar(module.dilation)
     stride_h, stride_w = planar(module.stride)
-    windows, bias_gradients = [], 0  # per call: (deltas (B, out, P), its input windows (B, in, kh, kw, h, w), a view)
+    windows, bias_gradients = [], 0  # per call: (deltas (B, out, P), its input windows, a view in the copy's order)
+    channels_last = None  # the first call's memory order decides the layout of every call's windows
     for args, (delta,) in calls:
         x = args[0].unsqueeze(-2) if one_dimensional else args[0]
         delta = delta.unsqueeze(-2) if one_dimensional else delta
         x, padding = module.padded_input(x) if isinstance(module, SameConv2d) else (x, planar(module.padding, 0))
-        x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+        if any(padding):
+            x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
         batch_stride, channel_stride, row_stride, column_stride = x.stride()
+        if channels_last is None:
+            channels_last = channel_stride < column_stride
         view = x.as_strided((*x.shape[:2], kernel_h, kernel_w, *delta.shape[-2:]),
                             (batch_stride, channel_stride, dilation_h * row_stride, dilation_w * column_stride,
                              stride_h * row_stride, stride_w * column_stride))
-        windows.append((delta.flatten(2), view))
+        windows.append((delta.flatten(2), view.permute(0, 4, 5, 2, 3, 1) if channels_last else view))
         bias_gradients = bias_gradients + delta.sum((-2, -1))
-    total, total_square = (t.view(weight.shape[0], -1).zero_() for t in sums[f"{unit.path}.weight"])
-    batch = windows[0][0].shape[0]
+    out_channels = weight.shape[0]
+    total, total_square = (t.view(out_channels, -1) for t in sums[f"{unit.path}.weight"])
+    if channels_last:  # g_b's columns in the order (kh, kw, in)
+        total, total_square = (t.view(out_channels, -1, kernel_h, kernel_w).permute(0, 2, 3, 1)
+                               for t in (total, total_square))
     largest = max(view[0].numel() for _, view in windows)  # one example's windows in its largest call
+    batch = windows[0][0].shape[0]
     chunk = min(batch, max(1, CONVOLUTION_WINDOW_VALUES // largest))
-    # Buffers for a chunk, reused: fresh megabytes per chunk cost more in page faults than the products.
-    window = total.new_empty(chunk * largest)
-    per_example = total.new_empty(chunk, *total.shape)
-    for start in range(0, batch, chunk):
-        examples = slice(start, start + chunk)
+    window = weight.new_empty(chunk * largest)  # reused, as the products' buffer is
+
+    def gradients(examples: slice, out: torch.Tensor) -> torch.Tensor:
         for call, (deltas, view) in enumerate(windows):
             part = view[examples]
-            u = window[:part.numel()].view(part.shape).copy_(part).view(len(part), total.shape[1], -1)
-            if call == 0:
-                g = torch.bmm(deltas[examples], u.transpose(1, 2), out=per_example[:len(u)])
+            u = window[:part.numel()].view(part.shape).copy_(part)
+            u = u.flatten(1, 2).flatten(2) if channels_last else u.flatten(1, 3).flatten(2).transpose(1, 2)
+            if call == 0:  # u: (chunk, P, in kh kw)
+                g = torch.bmm(deltas[examples], u, out=out[:len(u)])
             else:
-                g.baddbmm_(deltas[examples], u.transpose(1, 2))
-        total += g.sum(0)
-        total_square += g.square_().sum(0)
+                g.baddbmm_(deltas[examples], u)
+        return g
+
+    _add_chunk_moments(total, total_square, batch, chunk, gradients)
     if f"{unit.path}.bias" in unit.names:
         torch.sum(bias_gradients, 0, out=sums[f"{unit.path}.bias"][0])
         torch.sum(bias_gradients.square(), 0, out=sums[f"{unit.path}.bias"][1])
@@ -463,8 +494,8 @@ def _lstm_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls, sums: 
     """The LSTM applies one linear map to every step's concat[x_t, h_{t-1}]: with each step's hidden state and
     the deltas of its pre-activations (both recorded by :class:`_Recorder`), the linear map's per-example
     gradients are sums over steps (the outer-product rule with P = steps)."""
-    inputs = torch.cat([torch.cat([sequence, states], dim=-1) for (sequence, states), _ in calls], dim=1)
-    deltas = torch.cat([torch.stack(gate_deltas, 1) for _, gate_deltas in calls], dim=1)
+    inputs = _joined([torch.cat([sequence, states], dim=-1) for (sequence, states), _ in calls])
+    deltas = _joined([torch.stack(gate_deltas, 1) for _, gate_deltas in calls])
     _outer_product_moments(f"{unit.path}.linear.weight", f"{unit.path}.linear.bias", inputs, deltas, sums)
 
 
@@ -472,8 +503,8 @@ def _embedding_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls, s
     """Example i's gradient of row v is the sum of delta_i over i's positions holding token v."""
     module = unit.module
     batch = calls[0][1][0].shape[0]
-    ids = torch.cat([args[0].reshape(batch, -1) for args, _ in calls], dim=1)
-    deltas = torch.cat([delta.reshape(batch, -1, module.embedding_dim) for _, (delta,) in calls], dim=1)
+    ids = _joined([args[0].reshape(batch, -1) for args, _ in calls])
+    deltas = _joined([delta.reshape(batch, -1, module.embedding_dim) for _, (delta,) in calls])
     vocabulary = module.num_embeddings
     example = torch.arange(batch, device=ids.device).unsqueeze(1)
     pairs, pair_of_position = torch.unique((example * vocabulary + ids).flatten(), return_inverse=True)

@@ -217,6 +217,47 @@ def test_a_convolution_called_at_two_sizes_equals_the_loop(monkeypatch, window_v
     torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
 
+class _MemoryOrders(nn.Module):
+    """Convolutions on channels-last inputs (an embedding's output transposed, as in the CNN-LSTM; an image in
+    ``torch.channels_last``), each called a second time on an input of the other memory order."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(6, 3)
+        self.conv1d = nn.Conv1d(3, 4, 2, stride=2, dilation=2)
+        self.conv = nn.Conv2d(2, 3, (2, 3), stride=(1, 2), padding=1, dilation=(2, 1))
+        self.head = nn.Linear(7, 2)
+
+    def forward(self, x):
+        embedded = self.embedding(x[:, :8].long()).transpose(1, 2)  # (B, 3, 8), channels innermost
+        images = x[:, 8:].reshape(-1, 2, 5, 5)
+        sequences = self.conv1d(embedded).mean(-1) + self.conv1d(embedded.contiguous()).mean(-1)
+        planes = self.conv(images.contiguous(memory_format=torch.channels_last)).mean((-2, -1)) + self.conv(
+            images).mean((-2, -1))
+        return self.head(torch.cat([sequences, planes], dim=1))
+
+
+@pytest.mark.parametrize("window_values", [1, 2**30], ids=["one-example-per-chunk", "one-chunk"])
+def test_convolutions_on_channels_last_inputs_equal_the_loop(monkeypatch, window_values):
+    """The windows are copied in the first call's memory order (channels innermost for a channels-last one)."""
+    monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", window_values)
+    g = torch.Generator().manual_seed(5)
+    factory = lambda: _MemoryOrders().double()  # noqa: E731
+    model, params = _members(factory, 2)
+    tokens = torch.randint(0, 6, (2, 4, 8), generator=g).double()
+    x = torch.cat([tokens, torch.randn(2, 4, 50, generator=g, dtype=torch.float64)], dim=-1)
+    y = torch.randint(0, 2, (2, 4), generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
+    assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == {
+        "embedding": "_embedding_rule", "conv1d": "_convolution_rule", "conv": "_convolution_rule",
+        "head": "_linear_rule"}
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
+    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+
+
 class _Leaky(nn.Module):
     """Uses its head's weight outside the head: the layer-wise path would miss that use."""
 
