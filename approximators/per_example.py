@@ -23,8 +23,8 @@ g_i = grad_w [-log p(y_i | x_i, w_k)] the gradient of example i alone:
   * ``Linear`` on ``(B, in)``: Goodfellow's identity above. On ``(B, P, in)`` (and a unit called P times)
     g_i = sum_p delta_ip a_ip^T, one batched matrix product per chunk of examples.
   * Convolution: the same over output positions p, g_i = sum_p delta_ip u_ip^T, with u_ip the input window
-    that position p reads (im2col), formed for a chunk of examples at a time by a strided view of the padded
-    input, so that it stays in the CPU's cache.
+    that position p reads (im2col), copied from a strided view of the padded input, in the input's memory
+    order, for a chunk of examples at a time, so that it stays in the CPU's cache.
   * ``Embedding``: g_i is the rows of delta_i added up per token; summed per (example, token) pair
     (``torch.unique``), squared, and added into the table, never a ``(B, vocabulary, dim)`` tensor.
   * ``FilterResponseNorm``: its gradients in closed form, per example and channel sums over positions.
