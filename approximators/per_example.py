@@ -413,8 +413,9 @@ def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls,
 
     The copy follows the input's memory order: for a channels-last input (an embedding's output transposed, as
     in the CNN-LSTM) the windows are laid out ``(P, kh, kw, in)``, channels innermost, so that the copy reads
-    contiguous runs (3x faster there than gathering every channel's positions) and g_b comes out in the order
-    ``(out, kh, kw, in)``; otherwise ``(in, kh, kw, P)``, positions innermost."""
+    contiguous runs (there 0.7 against 5.6 ms per minibatch of 128 for gathering every channel's positions; the
+    whole rule 15.5 against 19.4 ms) and g_b comes out in the order ``(out, kh, kw, in)``; otherwise
+    ``(in, kh, kw, P)``, positions innermost."""
     module = unit.module
     weight = member[f"{unit.path}.weight"]
     one_dimensional = weight.dim() == 3
