@@ -94,6 +94,22 @@ def test_competition_model_moments_equal_the_per_example_loop(task_name, path, m
             per_example._lstm_rule, per_example._embedding_rule}
 
 
+def _check_layerwise_equals_the_loop(factory, x, y, rules: dict[str, str]):
+    """Two members of ``factory``'s model take the layer-wise path without a warning, each unit by the rule
+    ``rules`` names (module path -> rule), and both the first call (which plans) and the second (the planned
+    path), into outputs pre-filled with NaN, equal the per-example loop. Returns the stacked model."""
+    model, params = _members(factory, 2)
+    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
+    for _ in ("planning", "planned"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
+        assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == rules
+        torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+    return model
+
+
 class _Scaled(nn.Module):
     """A layer without a rule of its own: the vjp of the unit."""
 
@@ -141,20 +157,11 @@ def test_layerwise_rules_equal_the_loop_for_shared_units_and_unusual_layers(monk
     monkeypatch.setattr(per_example, "OUTER_PRODUCT_VALUES", 1)
     monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", window_values)
     g = torch.Generator().manual_seed(0)
-    factory = lambda: _Varied().double()  # noqa: E731
-    model, params = _members(factory, 2)
     x, y = _varied_inputs(g), torch.randint(0, 3, (2, 4), generator=g)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        gradient_moments(model, Categorical(), params, x, y)  # plans on its first use, then the planned path:
-        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
-    rules = {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]}
-    assert rules == {"norm": "_filter_response_norm_rule", "conv": "_convolution_rule", "conv1d": "_convolution_rule",
-                     "same": "_convolution_rule", "dilated": "_convolution_rule", "scaled": "_unit_vjp_rule", "shared": "_linear_rule",
-                     "embedding": "_embedding_rule", "head": "_linear_rule"}
-    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
-    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+    _check_layerwise_equals_the_loop(lambda: _Varied().double(), x, y, {
+        "norm": "_filter_response_norm_rule", "conv": "_convolution_rule", "conv1d": "_convolution_rule",
+        "same": "_convolution_rule", "dilated": "_convolution_rule", "scaled": "_unit_vjp_rule",
+        "shared": "_linear_rule", "embedding": "_embedding_rule", "head": "_linear_rule"})
 
 
 class _TwoLSTMCalls(nn.Module):
@@ -172,18 +179,9 @@ class _TwoLSTMCalls(nn.Module):
 def test_an_lstm_on_the_raw_input_called_twice_equals_the_loop():
     """The LSTM's rule reads the pre-activations the recorder kept: each call's own, summed per example."""
     g = torch.Generator().manual_seed(3)
-    factory = lambda: _TwoLSTMCalls().double()  # noqa: E731
-    model, params = _members(factory, 2)
     x, y = torch.randn(2, 4, 5, 2, generator=g, dtype=torch.float64), torch.randint(0, 2, (2, 4), generator=g)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        gradient_moments(model, Categorical(), params, x, y)
-        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
-    assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == {
-        "lstm": "_lstm_rule", "head": "_linear_rule"}
-    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
-    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+    model = _check_layerwise_equals_the_loop(lambda: _TwoLSTMCalls().double(), x, y,
+                                             {"lstm": "_lstm_rule", "head": "_linear_rule"})
     assert type(model.base.lstm).forward is HaikuLSTM.forward and "forward" not in vars(model.base.lstm)
 
 
@@ -205,17 +203,10 @@ class _TwoSizes(nn.Module):
 def test_a_convolution_called_at_two_sizes_equals_the_loop(monkeypatch, window_values):
     monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", window_values)
     g = torch.Generator().manual_seed(4)
-    factory = lambda: _TwoSizes().double()  # noqa: E731
-    model, params = _members(factory, 2)
     x, y = torch.randn(2, 4, 72, generator=g, dtype=torch.float64), torch.randint(0, 2, (2, 4), generator=g)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
-    assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == {
-        "conv": "_convolution_rule", "head": "_linear_rule"}
-    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
-    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+    _check_layerwise_equals_the_loop(lambda: _TwoSizes().double(), x, y,
+                                     {"conv": "_convolution_rule", "head": "_linear_rule"})
+
 
 class _MemoryOrders(nn.Module):
     """Convolutions on channels-last inputs (an embedding's output transposed, as in the CNN-LSTM; an image in
@@ -242,20 +233,12 @@ def test_convolutions_on_channels_last_inputs_equal_the_loop(monkeypatch, window
     """The windows are copied in the first call's memory order (channels innermost for a channels-last one)."""
     monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", window_values)
     g = torch.Generator().manual_seed(5)
-    factory = lambda: _MemoryOrders().double()  # noqa: E731
-    model, params = _members(factory, 2)
     tokens = torch.randint(0, 6, (2, 4, 8), generator=g).double()
     x = torch.cat([tokens, torch.randn(2, 4, 50, generator=g, dtype=torch.float64)], dim=-1)
     y = torch.randint(0, 2, (2, 4), generator=g)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        mean, mean_square = gradient_moments(model, Categorical(), params, x, y, out=_unwritten(params))
-    assert {unit.path: unit.rule.__name__ for unit in per_example._LAYER_PLANS[model]} == {
+    _check_layerwise_equals_the_loop(lambda: _MemoryOrders().double(), x, y, {
         "embedding": "_embedding_rule", "conv1d": "_convolution_rule", "conv": "_convolution_rule",
-        "head": "_linear_rule"}
-    expected_mean, expected_square = _loop_moments(factory, Categorical(), params, x, y)
-    torch.testing.assert_close(mean, expected_mean, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
+        "head": "_linear_rule"})
 
 
 class _Leaky(nn.Module):
