@@ -352,6 +352,14 @@ def _rule(module: nn.Module, path: str, names: list[str]):
     return _unit_vjp_rule
 
 
+def _fill_moments(per_example: torch.Tensor, sums: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Writes sum_i g_i and sum_i g_i ** 2 of a parameter's per-example gradients ``(B, *shape)`` (any shape of its
+    values) into its sums."""
+    total, total_square = sums
+    torch.sum(per_example.flatten(1), 0, out=total.view(-1))
+    torch.sum(per_example.flatten(1).square(), 0, out=total_square.view(-1))
+
+
 def _add_chunk_moments(total: torch.Tensor, total_square: torch.Tensor, batch: int, chunk: int,
                        gradients: Callable[[slice, torch.Tensor], torch.Tensor]) -> None:
     """Fills ``total`` and ``total_square`` (a weight's sums, any view of ``(rows, columns)`` values) with the sums
@@ -386,8 +394,7 @@ def _outer_product_moments(weight: str, bias: str | None, inputs: torch.Tensor, 
                                                            out=out[:examples.stop - examples.start]))
         bias_gradients = deltas.sum(1)
     if bias is not None:
-        torch.sum(bias_gradients, 0, out=sums[bias][0])
-        torch.sum(bias_gradients.square(), 0, out=sums[bias][1])
+        _fill_moments(bias_gradients, sums[bias])
 
 
 def _joined(per_call: list[torch.Tensor]) -> torch.Tensor:
@@ -465,8 +472,7 @@ def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls,
 
     _add_chunk_moments(total, total_square, batch, chunk, gradients)
     if f"{unit.path}.bias" in unit.names:
-        torch.sum(bias_gradients, 0, out=sums[f"{unit.path}.bias"][0])
-        torch.sum(bias_gradients.square(), 0, out=sums[f"{unit.path}.bias"][1])
+        _fill_moments(bias_gradients, sums[f"{unit.path}.bias"])
 
 
 def _filter_response_norm_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls, sums: Moments) -> None:
@@ -486,9 +492,7 @@ def _filter_response_norm_rule(unit: Unit, member: dict[str, torch.Tensor], call
         per_example["beta"] = per_example["beta"] + dz_sum
         per_example["tau"] = per_example["tau"] + delta_sum - dz_sum
     for name, g in per_example.items():  # g: (B, C)
-        total, total_square = sums[f"{unit.path}.{name}"]
-        total.view(-1).copy_(g.sum(0))
-        total_square.view(-1).copy_(g.square().sum(0))
+        _fill_moments(g, sums[f"{unit.path}.{name}"])
 
 
 def _lstm_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls, sums: Moments) -> None:
