@@ -13,7 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench.budget import MAX_BUDGET_EPOCHS
-from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, describe_failure
+from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, describe_failure
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--method", required=True, help="method name (see `methods`)")
     run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
     run.add_argument("--task", action="append",
-                     help="task name (repeatable); default: every embedded task (competition tasks need `fetch` first)")
+                     help="task name (repeatable); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
+                          "(the others run when named; competition tasks need `fetch` first)")
     run.add_argument("--seed", type=_seed, action="append", dest="seeds",
                      help="the run's seed, in [0, 2^63) (repeatable: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--method", dest="methods", nargs="+", action="extend", required=True, metavar="METHOD",
                        help="methods, as `run --method` takes them (several, or repeat the option)")
     sweep.add_argument("--task", dest="tasks", nargs="+", action="extend", metavar="TASK",
-                       help="tasks (default: every embedded task)")
+                       help="tasks (default: the embedded MLP tasks toy-gap, diabetes-gap, digits)")
     sweep.add_argument("--budget", dest="budgets", nargs="+", action="extend", type=_budget, required=True,
                        metavar="EPOCHS", help="budgets in training epochs")
     sweep.add_argument("--seed", dest="seeds", nargs="+", action="extend", type=_seed, metavar="SEED",
@@ -203,6 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write into the package's reference/data and update the checksum registry")
     gen.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
                      help="where to run the HMC chains: cpu (default), cuda, or auto")
+    gen.add_argument("--checkpoints", type=Path, default=Path("references") / "checkpoints",
+                     help="folder where the chains save their progress (at least once a minute) and from which an "
+                          "interrupted generation resumes (default: references/checkpoints/)")
+    gen.add_argument("--restart", action="store_true",
+                     help="discard the task's checkpoints and start its chains again")
+    gen.add_argument("--force", action="store_true",
+                     help="replace a reference of the task already in the output folder (with --install: the shipped "
+                          "one)")
+    gen.add_argument("--workers", type=_positive_int, default=1,
+                     help="processes sampling chains at once, one thread each, for a reference sampled chain by "
+                          "chain (default 1); the result does not depend on it")
     gen.add_argument("--quiet", action="store_true", help="no progress bars")
 
     db_help = "leaderboard database (default: $BDL_BENCH_DB, else the user's data folder)"
@@ -252,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "built-in method); a name, a plugin's name or "
                                                      "package.module:ClassName")
     check.add_argument("--task", action="append", help="task (repeatable; default: every task of the baseline, "
-                                                        "with --update every embedded task)")
+                                                        "with --update the embedded MLP tasks; with --methods too, an "
+                                                        "update adds the tasks named for those methods)")
     check.add_argument("--update", action="store_true",
                        help="measure the configuration and rewrite the baseline (with --methods or --task: extend "
                             "it, replacing only what was measured)")
@@ -275,12 +288,12 @@ def _cmd_run(args) -> int:
     from bench import records
     from bench.progress import Progress, run_title
     from bench.runner import RunSpec, check_label, resolve_device, run
-    from bench.tasks import get_task, task_names
+    from bench.tasks import default_task_names, get_task
 
     method = get_method(args.method)
     check_label(args.label)
     # Each task once, under its own name (a repeated or aliased --task would train twice into one folder).
-    tasks = list(dict.fromkeys(get_task(task, args.cache).name for task in args.task or task_names()))
+    tasks = list(dict.fromkeys(get_task(task, args.cache).name for task in args.task or default_task_names()))
     keys = [key for key, _ in args.overrides]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
@@ -442,8 +455,6 @@ def _cmd_fetch(args) -> int:
     names = list(COMPETITION) if args.all else args.task
     unknown = [n for n in names if n not in COMPETITION]
     if unknown:
-        from bench.errors import ConfigError
-
         raise ConfigError(f"not a competition task: {', '.join(unknown)}; fetch takes {', '.join(COMPETITION)}")
     progress = partial(tqdm, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                        disable=True if args.quiet else None)
@@ -510,33 +521,45 @@ def _cmd_methods(args) -> int:
 
 
 def _cmd_reference(args) -> int:
+    from bench.records import check_writable
     from bench.runner import resolve_device
     from bench.tasks import get_task
     from reference import store
-    from reference.generate import compare, generate
+    from reference.generate import claimed_checkpoints, compare, generate
     from reference.settings import R_HAT_LIMIT, REFERENCE_SETTINGS
 
+    if args.task not in REFERENCE_SETTINGS:
+        raise ConfigError(f"reference generate samples the embedded tasks' references ({', '.join(REFERENCE_SETTINGS)}); "
+                          f"{args.task!r} is not one of them (a competition task's reference is the official one, "
+                          f"from `fetch`)")
     task = get_task(args.task)
     device = str(resolve_device(args.device))
-    generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
-                         progress=None if not args.quiet else False)
-    meta = generated.metadata
-    rhat = meta["diagnostics"]["max_split_rhat"]
-    print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
-          f"min bulk ESS {meta['diagnostics']['min_bulk_ess']:.0f}, {meta['wall_seconds']:.0f} s")
-    print(f"noise floor: {meta['noise_floor']['all']}")
     folder = store.PACKAGE_DATA if args.install else args.out
-    if rhat > R_HAT_LIMIT:
-        raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
-                         "run longer chains (reference/settings.py)")
-    try:
-        shipped = store.load_reference(task)
-        print(f"against the shipped reference: {compare(task, generated.array, shipped.array)['all']}")
-    except Exception as error:  # the shipped reference may legitimately be absent or stale here
-        print(f"no valid shipped reference to compare with ({error})")
-    entry = store.write_reference(folder, task.name, generated.key, generated.array, meta)
-    if args.install:
-        store.register(task.name, entry)
+    if (folder / f"{task.name}.npz").exists() and not args.force:
+        raise BenchError(f"{folder / (task.name + '.npz')} already holds a reference of {task.name}; pass --force to "
+                         f"replace it" + ("" if args.install else " or choose another --out"))
+    check_writable(folder, force=True)  # before an hour of sampling, not after
+    # The checkpoints stay until the reference is written: a failure anywhere before loses no sampling.
+    with claimed_checkpoints(args.checkpoints / task.name, restart=args.restart):
+        generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
+                             progress=None if not args.quiet else False, checkpoints=args.checkpoints,
+                             workers=args.workers)
+        meta = generated.metadata
+        rhat = meta["diagnostics"]["max_split_rhat"]
+        print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
+              f"min bulk ESS {meta['diagnostics']['min_bulk_ess']:.0f}, {meta['compute_seconds']:.0f} s of sampling")
+        print(f"noise floor: {meta['noise_floor']['all']}")
+        if rhat > R_HAT_LIMIT:
+            raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
+                             "raise n_samples in reference/settings.py and run again (the chains continue from their checkpoints)")
+        try:
+            shipped = store.load_reference(task)
+            print(f"against the shipped reference: {compare(task, generated.array, shipped.array)['all']}")
+        except Exception as error:  # the shipped reference may legitimately be absent or stale here
+            print(f"no valid shipped reference to compare with ({error})")
+        entry = store.write_reference(folder, task.name, generated.key, generated.array, meta)
+        if args.install:
+            store.register(task.name, entry)
     print(f"wrote {folder / (task.name + '.npz')} (sha256 {entry['npz_sha256']})"
           + (" and updated the registry" if args.install else ""))
     return 0

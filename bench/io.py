@@ -9,6 +9,8 @@ line that names the file and the command that repairs it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -16,11 +18,11 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from bench.errors import DamagedFile
+from bench.errors import BenchError, DamagedFile
 
 JSON_BYTES_LIMIT = 64 * 2**20
 """The largest JSON file bdl-bench reads (its own are kilobytes; a run's record with every argument is
@@ -45,6 +47,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path, busy: str, unwritable: str) -> Iterator[None]:
+    """Holds an exclusive lock on ``lock_path`` (created if absent) for the block, without waiting: a
+    :class:`BenchError` ``busy`` if another process holds it, ``unwritable`` (followed by the reason) if the file
+    cannot be opened. The lock ends with the block or with the process, so a killed holder leaves nothing held."""
+    try:
+        lock = open(lock_path, "a")
+    except OSError as error:
+        raise BenchError(f"{unwritable}: {error.strerror or error}") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BenchError(busy) from None
+        yield
 
 
 def json_bytes(obj: dict) -> bytes:

@@ -11,7 +11,6 @@ atomically (temporary file in the same folder, then rename).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from bench.errors import BenchError
-from bench.io import atomic_write_bytes, json_bytes, npz_bytes, read_json
+from bench.io import atomic_write_bytes, exclusive, json_bytes, npz_bytes, read_json
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
@@ -90,16 +89,8 @@ def claimed(folder: Path, force: bool, config: dict | None = None) -> Iterator[N
     """Holds ``folder`` for one run: checked writable, locked against other runs until the block ends,
     and checked again under the lock (a run that finished while this one waited is not replaced)."""
     check_writable(folder, force, config)
-    try:
-        lock = open(folder / LOCK, "a")
-    except OSError as error:
-        raise BenchError(f"cannot write to output folder {folder}: {error.strerror or error}") from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise BenchError(f"{folder} is in use by another run; wait for it to finish or choose another --out") \
-                from None
+    with exclusive(folder / LOCK, busy=f"{folder} is in use by another run; wait for it to finish or choose another "
+                                      f"--out", unwritable=f"cannot write to output folder {folder}"):
         check_unfinished(folder, force, config)
         yield
 

@@ -30,7 +30,7 @@ from bench.errors import ConfigError
 from bench.executors import Outcome
 from bench.progress import Progress, run_title
 from bench.runner import RunSpec, resolve_device
-from bench.tasks import get_task, task_names
+from bench.tasks import default_task_names, get_task
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def plan(methods: list[str], tasks: list[str] | None, budgets: list[float], seed
         if first[1] is not method:
             raise ConfigError(f"--method {first[0]} and --method {given} are two methods named {method.name!r}; "
                               "their runs would share run folders; sweep them separately with different --out")
-    task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or task_names()))
+    task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
     budget_list, seed_list = list(dict.fromkeys(map(float, budgets))), list(dict.fromkeys(seeds))
     runs, configs = [], {}
     for variant in variants(settings):

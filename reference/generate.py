@@ -16,10 +16,16 @@ chains: no method can be expected to score better than that against a reference 
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import io
 import math
+import multiprocessing
 import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -27,7 +33,9 @@ from tqdm.auto import tqdm
 
 import bench
 from bench import metrics
+from bench.errors import BenchError, DamagedFile
 from bench.functional import ParameterLayout, StackedModel, seeded_module
+from bench.io import atomic_write_bytes, exclusive, open_regular_file
 from bench.likelihoods import Categorical
 from bench.tasks import PREDICTIVE_SAMPLES, Task
 from reference import diagnostics, hmc
@@ -49,11 +57,25 @@ def task_target(task: Task, dtype: torch.dtype, device: torch.device) -> tuple[h
     if task.kind == "regression":
         y = y.to(dtype)
 
-    def log_likelihood(theta: torch.Tensor) -> torch.Tensor:
+    def log_likelihood(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         per_example = task.likelihood.log_prob(model.flat(theta, x), y)
         return per_example.double().sum(-1) / task.temperature
 
-    return hmc.Target(log_likelihood, task.prior_variance), model
+    return hmc.Target(log_likelihood, task.prior_variance, data=lambda chains: (x, y)), model
+
+
+_SAMPLERS: dict[tuple, tuple[hmc.Target, StackedModel, hmc.Integrator]] = {}
+
+
+def _sampler(task: Task, dtype: torch.dtype, device: torch.device, vectorise: bool,
+             compiled: bool) -> tuple[hmc.Target, StackedModel, hmc.Integrator]:
+    """The task's target, model and integrator, built once per process: every chain group of a generation
+    then shares one compiled leapfrog step instead of compiling its own."""
+    key = (task.name, task.fingerprint(), dtype, str(device), vectorise, compiled)
+    if key not in _SAMPLERS:
+        target, model = task_target(task, dtype, device)
+        _SAMPLERS[key] = target, model, hmc.Integrator(target, vectorise=vectorise, compiled=compiled)
+    return _SAMPLERS[key]
 
 
 def chain_generators(seed: int, n_chains: int) -> tuple[list[int], list[torch.Generator]]:
@@ -94,46 +116,293 @@ def _scores(task: Task, prediction: np.ndarray, reference: np.ndarray) -> dict:
     return result
 
 
-def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: bool | None = True) -> GeneratedReference:
-    """Runs the chains and builds the reference; ``progress`` None shows a bar only on a terminal."""
-    if settings.n_chains < 2 or settings.n_chains % 2:
-        raise ValueError("n_chains must be even and at least 2 (the noise floor compares two halves)")
+CHECKPOINT_FORMAT = 1
+CHECKPOINT_SECONDS = 60.0
+"""A chain group writes its checkpoint at most this often (and at the end of burn-in and when it finishes)."""
+
+
+@dataclass
+class ChainGroupRun:
+    """What one group of chains produced: kept function-space draws ``(c, S, N, Q)`` float32, the acceptance
+    probabilities of the burn-in ``(n_burnin, c)`` and kept ``(n_kept_iterations, c)`` iterations, the kept
+    iterations' leapfrog steps ``(n_kept_iterations, c)``, the final step sizes ``(c,)``, the gradients computed,
+    and the seconds spent computing (over every sitting)."""
+
+    chains: list[int]
+    draws: torch.Tensor
+    burnin_accept: torch.Tensor
+    kept_accept: torch.Tensor
+    leapfrog_steps: torch.Tensor
+    step_sizes: torch.Tensor
+    gradient_evaluations: int
+    compute_seconds: float
+
+
+def chain_groups(settings: HMCSettings) -> list[list[int]]:
+    """Chains computed together: all of them when vectorised, else one group per chain (a chain alone
+    computes the same bits whichever process runs it, so groups may run in parallel workers)."""
+    chains = list(range(settings.n_chains))
+    return [chains] if settings.vectorise else [[c] for c in chains]
+
+
+def checkpoint_path(folder: Path, task: Task, chains: list[int]) -> Path:
+    return folder / task.name / f"chains-{chains[0]}-{chains[-1]}.pt"
+
+
+def _identity(task: Task, settings: HMCSettings, chains: list[int]) -> dict:
+    """What a checkpoint must match to be resumed: the task, the settings, the chains and the code's versions.
+
+    All settings but ``n_samples``: a chain sampled for n kept iterations is, bitwise, the first n kept
+    iterations of the same chain sampled for more, so a finished generation can be extended with more samples
+    (raise ``n_samples`` and run it again) instead of starting over."""
+    return {"format": CHECKPOINT_FORMAT, "task_fingerprint": task.fingerprint(),
+            "settings": {k: v for k, v in settings.to_dict().items() if k != "n_samples"},
+            "chains": chains, "bdl-bench": bench.__version__, "torch": str(torch.__version__)}
+
+
+CHECKPOINT_LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def claimed_checkpoints(folder: Path, restart: bool = False) -> Iterator[None]:
+    """Holds a task's checkpoint folder for one generation: created and checked writable, locked against a
+    second generation of the task until the block ends, emptied first when ``restart``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BenchError(f"cannot write HMC checkpoints to {folder}: {error.strerror or error}") from None
+    with exclusive(folder / CHECKPOINT_LOCK, busy=f"{folder} is in use by another generation of this task; wait for "
+                                                  f"it to finish", unwritable=f"cannot write HMC checkpoints to {folder}"):
+        if restart:
+            for checkpoint in folder.glob("chains-*.pt"):
+                checkpoint.unlink()
+        yield
+        for checkpoint in folder.glob("chains-*.pt"):  # the reference is complete: nothing is left to resume
+            checkpoint.unlink()
+
+
+def _save_checkpoint(path: Path, identity: dict, progress: dict) -> None:
+    buffer = io.BytesIO()
+    torch.save({"identity": identity, **progress}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _load_checkpoint(path: Path, identity: dict, restart: str, total: int) -> dict | None:
+    """The checkpoint at ``path`` if it exists, was written for exactly ``identity`` and has not sampled past
+    ``total`` iterations; one line otherwise."""
+    if not path.exists():
+        return None
+    try:
+        with open_regular_file(path, "HMC checkpoint", restart) as f:
+            saved = torch.load(f, map_location="cpu", weights_only=True)
+    except DamagedFile:
+        raise
+    except Exception as error:  # truncated, not a torch file, or holding objects other than tensors and numbers
+        raise DamagedFile(f"{path}: the HMC checkpoint cannot be read ({type(error).__name__}); {restart}") from None
+    if not isinstance(saved, dict) or saved.get("identity") != identity:
+        raise DamagedFile(f"{path}: the HMC checkpoint was written for other settings, chains, task data or "
+                          f"versions than this generation's; {restart}")
+    if saved.get("iteration", 0) > total:
+        raise DamagedFile(f"{path}: the HMC checkpoint holds {saved['iteration']} iterations, more than the "
+                          f"{total} these settings ask for (fewer samples); {restart}")
+    return saved
+
+
+def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device: str = "cpu",
+                    checkpoints: Path | None = None, on_iteration: Callable[[StepInfoSummary], None] | None = None,
+                    ) -> ChainGroupRun:
+    """Runs the chains ``chains`` of the reference's ``settings.n_chains`` (their seeds are spawned from
+    ``settings.seed`` for all chains, so a chain's draws do not depend on its group), resuming from and
+    writing a checkpoint in ``checkpoints`` when given. ``on_iteration`` hears of every iteration."""
     torch_device = torch.device(device)
     dtype = getattr(torch, settings.dtype)
-    target, model = task_target(task, dtype, torch_device)
-    chain_seeds, generators = chain_generators(settings.seed, settings.n_chains)
-    layout = ParameterLayout.of(task.model_factory())
-    initial = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, s) for s in chain_seeds]))
+    target, model, integrator = _sampler(task, dtype, torch_device, settings.vectorise, settings.compiled)
+    seeds, generators = chain_generators(settings.seed, settings.n_chains)
+    generators = [generators[c] for c in chains]
     x_test = task.x_test.to(device=torch_device, dtype=dtype)
     tau = settings.trajectory_length or hmc.default_trajectory_length(task.prior_variance)
-
-    started = time.perf_counter()
-    state = hmc.init(initial.to(device=torch_device, dtype=dtype), target, settings.initial_step_size, adapt=True)
-    gradient_evaluations = 0
     total = settings.n_burnin + settings.n_samples * settings.thinning
-    bar = tqdm(total=total, desc=f"HMC {task.name}", disable=None if progress is None else not progress, unit="it")
-    burnin_accept, kept_accept, kept, leapfrog_counts = [], [], [], []
-    for iteration in range(total):
+    identity = _identity(task, settings, chains)
+    path = None if checkpoints is None else checkpoint_path(checkpoints, task, chains)
+    restart = f"pass --restart to start this task's generation again (or delete {path})"
+    saved = None if path is None else _load_checkpoint(path, identity, restart, total)
+    if saved is None:
+        layout = ParameterLayout.of(task.model_factory())
+        initial = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, seeds[c]) for c in chains]))
+        state = hmc.init(initial.to(device=torch_device, dtype=dtype), target, settings.initial_step_size, adapt=True)
+        iteration, gradient_evaluations, compute_seconds = 0, 0, 0.0
+        burnin_accept, kept_accept, kept, leapfrog_counts = [], [], [], []
+    else:
+        state = _state_from(saved["state"], torch_device)
+        for generator, generator_state in zip(generators, saved["generators"]):
+            generator.set_state(generator_state)
+        iteration, gradient_evaluations = saved["iteration"], saved["gradient_evaluations"]
+        compute_seconds = saved["compute_seconds"]
+        burnin_accept, kept_accept = list(saved["burnin_accept"]), list(saved["kept_accept"])
+        kept, leapfrog_counts = list(saved["kept"]), list(saved["leapfrog_steps"])
+
+    def checkpoint() -> None:
+        if path is not None:
+            _save_checkpoint(path, identity, {
+                "iteration": iteration, "state": _state_dict(state), "generators": [g.get_state() for g in generators],
+                "gradient_evaluations": gradient_evaluations, "compute_seconds": compute_seconds,
+                "burnin_accept": burnin_accept, "kept_accept": kept_accept, "kept": kept,
+                "leapfrog_steps": leapfrog_counts})
+
+    started = last_checkpoint = time.perf_counter()
+    done_before = compute_seconds
+    while iteration < total:
         if iteration == settings.n_burnin:
             state = hmc.freeze(state)
-        state, info = hmc.step(state, target, tau, generators, settings.target_accept, settings.max_leapfrog_steps)
-        gradient_evaluations += int(info.n_leapfrog.max()) * settings.n_chains
+        state, info = hmc.step(state, target, tau, generators, settings.target_accept, settings.max_leapfrog_steps,
+                               settings.jitter, integrator)
+        gradient_evaluations += info.gradient_evaluations
         if iteration < settings.n_burnin:
             burnin_accept.append(info.accept_prob.cpu())
         else:
             kept_accept.append(info.accept_prob.cpu())
-            leapfrog_counts.append(info.n_leapfrog)
+            leapfrog_counts.append(info.n_leapfrog.cpu())
             if (iteration - settings.n_burnin + 1) % settings.thinning == 0:
                 with torch.no_grad():
                     kept.append(_function_space(task, model, state.position, x_test).cpu())
-        bar.set_postfix(accept=f"{float(info.accept_prob.mean()):.2f}", steps=int(info.n_leapfrog.max()))
-        bar.update()
-    bar.close()
+        iteration += 1
+        now = time.perf_counter()
+        compute_seconds = done_before + now - started
+        if on_iteration is not None:
+            on_iteration(StepInfoSummary(chains, float(info.accept_prob.mean()), int(info.n_leapfrog.max())))
+        if now - last_checkpoint >= CHECKPOINT_SECONDS or iteration in (settings.n_burnin, total):
+            checkpoint()
+            last_checkpoint = now
     if settings.n_burnin == total:
         state = hmc.freeze(state)
-    wall = time.perf_counter() - started
+    empty = torch.empty(0, len(chains), dtype=torch.float64)
+    return ChainGroupRun(
+        chains=chains, draws=torch.stack(kept, dim=1),
+        burnin_accept=torch.stack(burnin_accept) if burnin_accept else empty,
+        kept_accept=torch.stack(kept_accept), leapfrog_steps=torch.stack(leapfrog_counts),
+        step_sizes=state.step_size.cpu(), gradient_evaluations=gradient_evaluations,
+        compute_seconds=compute_seconds)
 
-    draws = torch.stack(kept, dim=1).numpy()  # (C, S, N, K) or (C, S, N, 2)
+
+@dataclass(frozen=True)
+class StepInfoSummary:
+    """What the progress bar hears of an iteration of a chain group."""
+
+    chains: list[int]
+    accept: float
+    steps: int
+
+
+def _state_dict(state: hmc.HMCState) -> dict:
+    """An HMC state as plain tensors and numbers (what ``torch.load(weights_only=True)`` reads back)."""
+    out = {name: getattr(state, name).cpu() for name in ("position", "log_likelihood", "log_prior", "grad",
+                                                          "step_size")}
+    if state.adaptation is not None:
+        a = state.adaptation
+        out["adaptation"] = {"mu": a.mu, "h_bar": a.h_bar, "log_step_bar": a.log_step_bar, "iteration": a.iteration}
+    return out
+
+
+def _state_from(saved: dict, device: torch.device) -> hmc.HMCState:
+    adaptation = None
+    if "adaptation" in saved:
+        a = saved["adaptation"]
+        adaptation = hmc.DualAveraging(mu=a["mu"], h_bar=a["h_bar"], log_step_bar=a["log_step_bar"],
+                                       iteration=a["iteration"])
+    return hmc.HMCState(
+        position=saved["position"].to(device), log_likelihood=saved["log_likelihood"].to(device),
+        log_prior=saved["log_prior"].to(device), grad=saved["grad"].to(device), step_size=saved["step_size"],
+        adaptation=adaptation)
+
+
+def _worker(task_name: str, settings: HMCSettings, chains: list[int], device: str, checkpoints: Path | None,
+            threads: int, progress) -> ChainGroupRun:
+    """One chain group in a worker process (a registered task, rebuilt here), its iterations reported on ``progress``."""
+    from bench.tasks import get_task
+
+    torch.set_num_threads(threads)
+    return run_chain_group(get_task(task_name), settings, chains, device, checkpoints, on_iteration=progress.put)
+
+
+def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: bool | None = True,
+             checkpoints: Path | None = None, workers: int = 1) -> GeneratedReference:
+    """Runs the chains and builds the reference; ``progress`` None shows a bar only on a terminal.
+
+    ``checkpoints``: a folder where each chain group writes its progress and from which a killed
+    generation resumes (bitwise the same result as an uninterrupted one). ``workers`` > 1 runs chain
+    groups (chains sampled one by one: ``settings.vectorise`` false) in that many processes of one
+    thread each; the result does not depend on it. Only a registered task can be sampled in workers.
+    """
+    if settings.n_chains < 2 or settings.n_chains % 2:
+        raise ValueError("n_chains must be even and at least 2 (the noise floor compares two halves)")
+    groups = chain_groups(settings)
+    workers = min(workers, len(groups))
+    total = (settings.n_burnin + settings.n_samples * settings.thinning) * settings.n_chains
+    bar = tqdm(total=total, desc=f"HMC {task.name}", disable=None if progress is None else not progress,
+               unit="chain-it")
+    done_at_start = 0
+    if checkpoints is not None:
+        for chains in groups:
+            path = checkpoint_path(checkpoints, task, chains)
+            saved = _load_checkpoint(path, _identity(task, settings, chains),
+                                     f"pass --restart to start this task's generation again (or delete {path})",
+                                     settings.n_burnin + settings.n_samples * settings.thinning)
+            done_at_start += 0 if saved is None else saved["iteration"] * len(chains)
+    bar.update(done_at_start)
+
+    def heard(summary: StepInfoSummary) -> None:
+        bar.set_postfix(chain=summary.chains[0] if len(summary.chains) == 1 else "all",
+                        accept=f"{summary.accept:.2f}", steps=summary.steps)
+        bar.update(len(summary.chains))
+
+    started = time.perf_counter()
+    if workers <= 1:
+        runs = [run_chain_group(task, settings, chains, device, checkpoints, heard) for chains in groups]
+    else:
+        runs = _in_workers(task, settings, groups, device, checkpoints, workers, heard)
+    bar.close()
+    wall = time.perf_counter() - started
+    return _assemble(task, settings, runs, device, wall, workers)
+
+
+def _in_workers(task: Task, settings: HMCSettings, groups: list[list[int]], device: str, checkpoints: Path | None,
+                workers: int, heard: Callable[[StepInfoSummary], None]) -> list[ChainGroupRun]:
+    from bench.tasks import EMBEDDED
+
+    if EMBEDDED.get(task.name) is None:
+        raise ValueError("only a registered embedded task can be sampled in worker processes")
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        queue = manager.Queue()
+        futures = {pool.submit(_worker, task.name, settings, chains, device, checkpoints, 1, queue): i
+                   for i, chains in enumerate(groups)}
+        runs: list[ChainGroupRun | None] = [None] * len(groups)
+        pending = set(futures)
+        try:
+            while pending:
+                finished, pending = concurrent.futures.wait(pending, timeout=0.2)
+                while not queue.empty():
+                    heard(queue.get())
+                for future in finished:
+                    runs[futures[future]] = future.result()
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+        while not queue.empty():
+            heard(queue.get())
+    return runs
+
+
+def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], device: str, wall: float,
+              workers: int) -> GeneratedReference:
+    """The reference, its diagnostics and noise floor from every chain group's draws (chains in order)."""
+    draws = torch.cat([run.draws for run in runs]).numpy()  # (C, S, N, K) or (C, S, N, 2)
+    burnin_accept = torch.cat([run.burnin_accept for run in runs], dim=1)
+    accept = torch.cat([run.kept_accept for run in runs], dim=1)
+    leapfrog_counts = torch.cat([run.leapfrog_steps for run in runs], dim=1)
+    step_sizes = torch.cat([run.step_sizes for run in runs])
+    chain_seeds, _ = chain_generators(settings.seed, settings.n_chains)
     half = settings.n_chains // 2
     if task.kind == "classification":
         key = "probs"
@@ -147,7 +416,7 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
 
     rhat = diagnostics.split_rhat(draws)
     ess = diagnostics.bulk_ess(draws)
-    accept = torch.stack(kept_accept)
+    tau = settings.trajectory_length or hmc.default_trajectory_length(task.prior_variance)
     metadata = {
         "task": task.describe(),
         "task_fingerprint": task.fingerprint(),
@@ -158,11 +427,11 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
         "chain_seeds": chain_seeds,
         "kept_samples_per_chain": int(draws.shape[1]),
         "kept_samples_total": int(draws.shape[0] * draws.shape[1]),
-        "step_sizes": state.step_size.tolist(),
-        "leapfrog_steps": torch.stack(leapfrog_counts).float().mean(0).tolist(),
+        "step_sizes": step_sizes.tolist(),
+        "leapfrog_steps": leapfrog_counts.float().mean(0).tolist(),
         "acceptance_rate": float(accept.mean()),
         "acceptance_rate_per_chain": accept.mean(0).tolist(),
-        "burnin_acceptance_rate": float(torch.stack(burnin_accept).mean()) if burnin_accept else None,
+        "burnin_acceptance_rate": float(burnin_accept.mean()) if burnin_accept.numel() else None,
         "diagnostics": {
             "quantities": "predictive probabilities" if key == "probs" else "predictive mean and std",
             "max_split_rhat": float(np.max(rhat)),
@@ -170,8 +439,10 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
             "median_bulk_ess": float(np.median(ess)),
         },
         "noise_floor": _scores(task, halves[0], halves[1]),
-        "gradient_evaluations": gradient_evaluations,
+        "gradient_evaluations": sum(run.gradient_evaluations for run in runs),
         "wall_seconds": round(wall, 1),
+        "compute_seconds": round(sum(run.compute_seconds for run in runs), 1),
+        "workers": workers,
         "device": device,
         "versions": {"bdl-bench": bench.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "python": platform.python_version()},

@@ -15,7 +15,11 @@ class HMCSettings:
 
     ``n_chains`` independent chains (even: the noise floor compares the two halves), each with
     ``n_burnin`` adapted iterations that are discarded and ``n_samples`` kept iterations (every
-    ``thinning``-th of ``n_samples * thinning``). ``trajectory_length`` None means (pi/2) sqrt(v).
+    ``thinning``-th of ``n_samples * thinning``). ``trajectory_length`` None means (pi/2) sqrt(v);
+    ``jitter`` j draws each iteration's length uniformly from [(1 - j) tau, (1 + j) tau]
+    (:mod:`reference.hmc`). ``vectorise``: all chains in one pass, else chain by chain;
+    ``compiled``: each leapfrog step one ``torch.compile``-d function. Those two change only round-off
+    (and speed), but a reference reproduces bitwise only with the same choice, so they are settings too.
     """
 
     n_chains: int = 8
@@ -28,6 +32,9 @@ class HMCSettings:
     max_leapfrog_steps: int = 10_000
     dtype: str = "float64"
     seed: int = 0
+    jitter: float = 0.0
+    vectorise: bool = True
+    compiled: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

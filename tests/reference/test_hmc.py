@@ -163,3 +163,107 @@ def test_dual_averaging_moves_acceptance_towards_the_target(initial_step):
         accepts.append(info.accept_prob)
     rate = float(torch.stack(accepts).mean())
     assert 0.7 < rate < 0.95, rate
+
+
+def _trajectory_inputs(target, n_chains=3, dim=3, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    position, momentum = torch.randn(n_chains, dim, generator=g) * 0.3, torch.randn(n_chains, dim, generator=g)
+    _, _, grad = target.evaluate(position)
+    return position, momentum, grad, torch.tensor([0.02, 0.03, 0.025]), torch.tensor([30, 11, 21])
+
+
+@pytest.mark.parametrize("vectorise, compiled", [(False, False), (True, True), (False, True)],
+                         ids=["chain-by-chain", "compiled", "compiled-chain-by-chain"])
+def test_every_integrator_computes_the_eager_vectorised_trajectories(vectorise, compiled):
+    target, _, _ = linear_regression()
+    inputs = _trajectory_inputs(target)
+    expected = hmc.leapfrog(*inputs, target)
+    ends = hmc.Integrator(target, vectorise=vectorise, compiled=compiled)(*inputs)
+    for end, reference in zip(ends, expected):
+        torch.testing.assert_close(end, reference, atol=1e-12, rtol=1e-12)
+
+
+def test_an_integrator_counts_the_gradients_it_computes():
+    n_steps = torch.tensor([30, 11, 21])
+    target, _, _ = linear_regression()
+    assert hmc.Integrator(target, vectorise=True).gradient_evaluations(n_steps) == 90
+    assert hmc.Integrator(target, vectorise=False).gradient_evaluations(n_steps) == 62
+
+
+def test_each_evaluation_reads_the_targets_data_for_the_chains_it_computes():
+    """A target's data are asked for at every gradient, for as many chains as are computed (what a meter charges)."""
+    base, _, _ = linear_regression()
+    asked = []
+    target = hmc.Target(lambda theta, scale: base.log_likelihood(theta) * scale, base.prior_variance,
+                        data=lambda chains: (asked.append(chains), (torch.tensor(1.0),))[1])
+    inputs = _trajectory_inputs(target)
+    asked.clear()
+    hmc.Integrator(target, vectorise=True)(*inputs)
+    assert asked == [3] * 30
+    asked.clear()
+    hmc.Integrator(target, vectorise=False)(*inputs)
+    assert asked == [1] * (30 + 11 + 21)
+
+
+def test_jitter_draws_trajectory_lengths_within_its_band_and_none_without_it():
+    target, _, _ = linear_regression()
+    state = hmc.freeze(hmc.init(torch.zeros(4, 3), target, 0.01))
+    counts = []
+    generators = [torch.Generator().manual_seed(c) for c in range(4)]
+    for _ in range(50):
+        _, info = hmc.step(state, target, 0.5, generators, jitter=0.2)
+        counts.append(info.n_leapfrog)
+    counts = torch.stack(counts)
+    assert counts.min() >= 40 and counts.max() <= 60 and len(counts.unique()) > 10
+    plain = [torch.Generator().manual_seed(c) for c in range(4)]
+    _, info = hmc.step(state, target, 0.5, plain)
+    assert (info.n_leapfrog == 50).all()
+    # Without jitter nothing is drawn for it: the generators end where momentum and Metropolis draws leave them.
+    replay = [torch.Generator().manual_seed(c) for c in range(4)]
+    for g in replay:
+        torch.randn(3, generator=g), torch.rand((), generator=g, dtype=torch.float64)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(plain, replay))
+
+
+def test_jittered_chains_sample_the_closed_form_posterior():
+    target, mean, cov = linear_regression(seed=3)
+    generators = [torch.Generator().manual_seed(20 + c) for c in range(4)]
+    state = hmc.init(torch.zeros(4, 3), target, 0.05, adapt=True)
+    draws = []
+    for i in range(500):
+        if i == 100:
+            state = hmc.freeze(state)
+        state, _ = hmc.step(state, target, 0.6, generators, jitter=0.5)
+        if i >= 100:
+            draws.append(state.position)
+    assert_moments_match(torch.stack(draws, dim=1).numpy(), mean.numpy(), cov.numpy())
+
+
+def test_step_size_search_stops_where_one_steps_acceptance_crosses_one_half():
+    """Hoffman & Gelman's Algorithm 4: from far too small or far too large, every chain ends at a step size whose
+    one-step acceptance ratio is on the other side of 1/2 than the step size half as large (or twice)."""
+    target, _, _ = linear_regression()
+    for initial in (1e-6, 10.0):
+        generators = [torch.Generator().manual_seed(c) for c in range(3)]
+        state = hmc.init(torch.zeros(3, 3) + 0.5, target, initial)
+        momentum = torch.stack([torch.randn(3, generator=torch.Generator().manual_seed(c)) for c in range(3)])
+        found = hmc.find_reasonable_step_size(state, target, generators).step_size
+
+        def log_ratio(step_size):
+            _, new_momentum, log_lik, log_prior, _ = hmc.leapfrog(
+                state.position, momentum, state.grad, step_size, torch.ones(3, dtype=torch.long), target)
+            return (log_lik - state.log_likelihood) + (log_prior - state.log_prior) \
+                - 0.5 * (new_momentum.square().sum(-1) - momentum.square().sum(-1))
+
+        direction = 1.0 if initial < 1 else -1.0
+        previous = found / 2.0 ** direction
+        assert (direction * log_ratio(previous) > -direction * math.log(2)).all()
+        assert (direction * log_ratio(found) <= -direction * math.log(2)).all()
+        assert (found != initial).all()
+
+
+def test_freezing_before_any_adaptation_keeps_the_step_size():
+    target, _, _ = linear_regression()
+    state = hmc.init(torch.zeros(2, 3), target, 0.07, adapt=True)
+    frozen = hmc.freeze(state)
+    assert frozen.adaptation is None and torch.equal(frozen.step_size, state.step_size)

@@ -1,0 +1,202 @@
+"""Reference generation: resumable from checkpoints bitwise, independent of worker processes, checkpoints
+checked before they are trusted, and the command refusing what it cannot sample in one line."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from bench.errors import DamagedFile
+from bench.likelihoods import Categorical
+from bench.tasks import Task, get_task
+from bench.tasks import TestBlock as Block
+from bench.tasks.embedded import mlp
+from reference import generate as generation
+from reference import hmc
+from reference.settings import HMCSettings
+
+TIMINGS = ("wall_seconds", "compute_seconds", "workers")
+
+
+def tiny_task() -> Task:
+    """Three classes of 2-D points, an MLP 2-4-3: a reference in well under a second."""
+    g = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[0.0, 2.0], [2.0, -1.0], [-2.0, -1.0]])
+    y = torch.arange(3).repeat(10)
+    x = centres[y] + torch.randn(30, 2, generator=g)
+    x_test = torch.randn(12, 2, generator=g) * 2
+    return Task(name="tiny", version=1, description="tiny", x_train=x, y_train=y, x_test=x_test,
+                y_test=None, model_factory=lambda: mlp([2, 4, 3]), architecture="MLP 2-4-3",
+                likelihood=Categorical(), prior_variance=1.0, settings={},
+                test_blocks=(Block("a", 0, 6), Block("b", 6, 12)), n_classes=3)
+
+
+SETTINGS = HMCSettings(n_chains=4, n_burnin=5, n_samples=8, initial_step_size=0.05, jitter=0.2, seed=3)
+
+
+def _without_timings(metadata: dict) -> dict:
+    return {k: v for k, v in metadata.items() if k not in TIMINGS}
+
+
+def _interrupt_at(monkeypatch, calls: int):
+    """Makes the ``calls``-th HMC iteration from now raise KeyboardInterrupt, as a Ctrl-C or a kill would."""
+    real, count = hmc.step, [0]
+
+    def step(*args, **kwargs):
+        count[0] += 1
+        if count[0] == calls:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hmc, "step", step)
+    return lambda: monkeypatch.setattr(hmc, "step", real)
+
+
+@pytest.mark.parametrize("vectorise", [True, False], ids=["vectorised", "chain-by-chain"])
+@pytest.mark.parametrize("stop", [0.2, 0.45, 0.9])  # during the first burn-in, near its end, while a later chain samples
+def test_a_killed_generation_resumes_to_the_same_bytes(tmp_path, monkeypatch, vectorise, stop):
+    task, settings = tiny_task(), dataclasses.replace(SETTINGS, vectorise=vectorise)
+    whole = generation.generate(task, settings, progress=False)
+    monkeypatch.setattr(generation, "CHECKPOINT_SECONDS", 0.0)
+    iterations = (settings.n_burnin + settings.n_samples) * (1 if vectorise else settings.n_chains)
+    restore = _interrupt_at(monkeypatch, int(stop * iterations) + 1)
+    with pytest.raises(KeyboardInterrupt):
+        generation.generate(task, settings, progress=False, checkpoints=tmp_path)
+    restore()
+    resumed = generation.generate(task, settings, progress=False, checkpoints=tmp_path)
+    assert resumed.array.tobytes() == whole.array.tobytes()
+    assert _without_timings(resumed.metadata) == _without_timings(whole.metadata)
+
+
+def test_an_interrupted_generation_resumes_from_its_last_checkpoint_not_the_start(tmp_path, monkeypatch):
+    task = tiny_task()
+    monkeypatch.setattr(generation, "CHECKPOINT_SECONDS", 0.0)
+    restore = _interrupt_at(monkeypatch, 8)
+    with pytest.raises(KeyboardInterrupt):
+        generation.generate(task, SETTINGS, progress=False, checkpoints=tmp_path)
+    restore()
+    iterations = []
+    real = hmc.step
+    monkeypatch.setattr(hmc, "step", lambda *a, **k: (iterations.append(1), real(*a, **k))[1])
+    generation.generate(task, SETTINGS, progress=False, checkpoints=tmp_path)
+    assert len(iterations) == SETTINGS.n_burnin + SETTINGS.n_samples - 7
+
+
+def test_a_checkpoint_of_other_settings_is_refused_in_one_line(tmp_path, monkeypatch):
+    task = tiny_task()
+    monkeypatch.setattr(generation, "CHECKPOINT_SECONDS", 0.0)
+    _interrupt_at(monkeypatch, 4)
+    with pytest.raises(KeyboardInterrupt):
+        generation.generate(task, SETTINGS, progress=False, checkpoints=tmp_path)
+    with pytest.raises(DamagedFile, match="other settings.*--restart") as error:
+        generation.generate(task, dataclasses.replace(SETTINGS, target_accept=0.7), progress=False,
+                            checkpoints=tmp_path)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not a torch file", "a folder"])
+def test_a_damaged_checkpoint_is_refused_in_one_line(tmp_path, damage):
+    task = tiny_task()
+    path = generation.checkpoint_path(tmp_path, task, list(range(SETTINGS.n_chains)))
+    path.parent.mkdir(parents=True)
+    if damage == "a folder":
+        path.mkdir()
+    else:
+        generation.generate(task, SETTINGS, progress=False, checkpoints=tmp_path)  # leaves its final checkpoint
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"{not torch}")
+    with pytest.raises(DamagedFile, match="--restart") as error:
+        generation.generate(task, SETTINGS, progress=False, checkpoints=tmp_path)
+    assert "\n" not in str(error.value)
+
+
+def test_chain_by_chain_gives_each_chain_its_own_draws_whatever_the_grouping():
+    """A chain sampled alone draws exactly what it draws beside the others (its seed, its generator)."""
+    task = tiny_task()
+    settings = dataclasses.replace(SETTINGS, vectorise=False)
+    alone = [generation.run_chain_group(task, settings, [c]) for c in range(settings.n_chains)]
+    vectorised = generation.run_chain_group(task, dataclasses.replace(settings, vectorise=True),
+                                            list(range(settings.n_chains)))
+    for c, run in enumerate(alone):
+        torch.testing.assert_close(run.draws[0], vectorised.draws[c], atol=1e-6, rtol=0)
+
+
+def test_workers_do_not_change_a_single_bit():
+    settings = HMCSettings(n_chains=2, n_burnin=3, n_samples=4, vectorise=False, seed=1)
+    task = get_task("toy-gap")
+    one = generation.generate(task, settings, progress=False, workers=1)
+    two = generation.generate(task, settings, progress=False, workers=2)
+    assert one.array.tobytes() == two.array.tobytes()
+    assert _without_timings(one.metadata) == _without_timings(two.metadata)
+    assert (one.metadata["workers"], two.metadata["workers"]) == (1, 2)
+
+
+def test_gradient_evaluations_count_what_each_integrator_computes():
+    task = tiny_task()
+    vectorised = generation.generate(task, SETTINGS, progress=False)
+    alone = generation.generate(task, dataclasses.replace(SETTINGS, vectorise=False), progress=False)
+    steps = np.array(alone.metadata["leapfrog_steps"]) * SETTINGS.n_samples  # kept iterations only
+    assert alone.metadata["gradient_evaluations"] < vectorised.metadata["gradient_evaluations"]
+    assert alone.metadata["gradient_evaluations"] >= steps.sum()
+
+
+def test_reference_generate_refuses_a_task_it_cannot_sample(run_cli, tmp_path):
+    code, _, err = run_cli("reference", "generate", "--task", "uci-gap", "--out", tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "official" in err, err
+
+
+def test_an_existing_reference_is_not_replaced_without_force(run_cli, tmp_path):
+    (tmp_path / "toy-gap.npz").write_bytes(b"an earlier generation")
+    code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--out", tmp_path,
+                           "--checkpoints", tmp_path / "ck")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--force" in err, err
+    assert (tmp_path / "toy-gap.npz").read_bytes() == b"an earlier generation"
+
+
+@pytest.mark.parametrize("where", ["out", "checkpoints"])
+def test_an_unwritable_folder_is_refused_before_any_sampling(run_cli, tmp_path, where, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    sampled = []
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: sampled.append(1))
+    folders = {"out": tmp_path / "out", "checkpoints": tmp_path / "ck", where: blocker / "below"}
+    code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--out", folders["out"],
+                           "--checkpoints", folders["checkpoints"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot write" in err, err
+    assert not sampled
+
+
+def test_a_second_generation_of_a_task_is_refused_while_one_runs(run_cli, tmp_path):
+    with generation.claimed_checkpoints(tmp_path / "ck" / "toy-gap"):
+        code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--out", tmp_path / "out",
+                               "--checkpoints", tmp_path / "ck")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "in use" in err, err
+
+
+def test_checkpoints_outlive_a_failure_and_go_once_the_reference_is_written(tmp_path):
+    folder = tmp_path / "ck" / "tiny"
+    with pytest.raises(RuntimeError):
+        with generation.claimed_checkpoints(folder):
+            (folder / "chains-0-3.pt").write_bytes(b"progress")
+            raise RuntimeError("the write failed")
+    assert (folder / "chains-0-3.pt").exists()
+    with generation.claimed_checkpoints(folder):
+        pass
+    assert not (folder / "chains-0-3.pt").exists()
+
+
+@pytest.mark.parametrize("vectorise", [True, False], ids=["vectorised", "chain-by-chain"])
+def test_a_finished_generation_extends_to_more_samples_bitwise(tmp_path, vectorise):
+    """Raising n_samples continues the finished chains: the result is the longer run's, bit for bit."""
+    task = tiny_task()
+    short = dataclasses.replace(SETTINGS, vectorise=vectorise)
+    longer = dataclasses.replace(short, n_samples=short.n_samples + 5)
+    generation.generate(task, short, progress=False, checkpoints=tmp_path)
+    extended = generation.generate(task, longer, progress=False, checkpoints=tmp_path)
+    fresh = generation.generate(task, longer, progress=False)
+    assert extended.array.tobytes() == fresh.array.tobytes()
+    assert _without_timings(extended.metadata) == _without_timings(fresh.metadata)
+    with pytest.raises(DamagedFile, match="more than") as error:
+        generation.generate(task, short, progress=False, checkpoints=tmp_path)
+    assert "\n" not in str(error.value)
