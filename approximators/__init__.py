@@ -11,6 +11,7 @@ import importlib.metadata
 
 from approximators.anchored import AnchoredEnsemble
 from approximators.csgmcmc import CyclicalSGMCMC
+from approximators.hmc import BudgetedHMC
 from approximators.base import Approximator, Problem, resolve_config
 from approximators.laplace import Laplace
 from approximators.map import MAP, DeepEnsemble
@@ -24,7 +25,7 @@ from bench.errors import ConfigError
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
-    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace)}
+    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace, BudgetedHMC)}
 
 
 ENTRY_POINT_GROUP = "bdl_bench.methods"

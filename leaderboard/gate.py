@@ -1,11 +1,12 @@
 """The CI fidelity gate: rerun a small fixed configuration and compare it with a committed baseline.
 
-``update`` runs each method on each task for seeds 0..n-1 (CPU) and writes the baseline file: the
-configuration, the environment (package versions, platform, CPU, threads) and, per method and task,
+``update`` runs each method on each task (default: the embedded MLP tasks, :data:`bench.tasks.DEFAULT_TASKS`;
+a later update with ``--task`` adds others for the methods it names) for seeds 0..n-1 (CPU) and writes the
+baseline file: the configuration, the environment (package versions, platform, CPU, threads) and, per method and task,
 every seed's ``epochs_used`` and ``test_passes`` and every seed's value of every metric of every test
 block, with their mean and standard deviation (ddof = 1). The configuration is what the command line
 chose: the methods (built-in, an installed plugin's name, or ``package.module:ClassName``; default
-every built-in one), the tasks (default every embedded one), the number of seeds, each method's budget
+every built-in one), the tasks (default the embedded MLP tasks), the number of seeds, each method's budget
 (``--budget [METHOD=]EPOCHS``; default its ``check_budget``) and settings (``--set [METHOD.]KEY=VALUE``;
 default its defaults for the task). The file stores all of it, and how to load each method, so that a
 plain ``check --baseline FILE`` reruns exactly that configuration.
@@ -55,7 +56,7 @@ from approximators import METHODS, get_method, resolve_config
 from bench.budget import check_budget_size
 from bench.errors import BenchError
 from bench.runner import RunSpec, environment, run
-from bench.tasks import EMBEDDED, get_task
+from bench.tasks import DEFAULT_TASKS, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
 from leaderboard.store import OVERALL_BLOCK
 from bench.io import atomic_write_bytes, json_bytes, read_json
@@ -237,7 +238,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     named = [method for method in [*budgets, *settings] if method != EVERY_METHOD]
     partial = bool(methods or named or tasks)
     specs = list(dict.fromkeys(methods or named or METHODS))
-    tasks = list(dict.fromkeys(get_task(task).name for task in tasks or EMBEDDED))
+    tasks = list(dict.fromkeys(get_task(task).name for task in tasks or DEFAULT_TASKS))
     n_seeds = DEFAULT_SEEDS if seeds is None else seeds
     if n_seeds <= STD_DDOF:
         raise BenchError(f"--seeds must be at least {STD_DDOF + 1} to measure a standard deviation, got {n_seeds}")

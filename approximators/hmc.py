@@ -1,0 +1,194 @@
+r"""Budgeted full-batch Hamiltonian Monte Carlo: the reference sampler itself under the epoch budget (``hmc``).
+
+How far is the gold standard from itself at a budget users can afford? This is the sampler that computes the
+embedded tasks' references (:mod:`reference.hmc`, Izmailov et al. 2021): ``chains`` independent chains, each
+iteration a fresh momentum p ~ N(0, I), n leapfrog steps of the full-data log posterior log p(D | theta) +
+log N(theta; 0, v I) and a Metropolis test on the change of energy. The trajectory is either ``leapfrog_steps``
+= L steps long, n = ceil(L u), or, with ``leapfrog_steps`` = 0, as the references' of fixed length tau =
+``trajectory_length`` (0: (pi / 2) sqrt(v)), n = ceil(tau u / eps); u ~ U(1 - j, 1 + j) with j = ``jitter``. The step size of
+each chain starts where Hoffman & Gelman's (2014) Algorithm 4 puts it (from ``initial_step_size``, doubling or
+halving until one leapfrog step's acceptance ratio crosses 1/2) and is tuned by dual averaging towards
+``target_accept`` during burn-in, then frozen. After burn-in every iteration's state is a sample; the
+predictive is the model average over the samples of every chain (regression: 1000 draws of y spread
+evenly over them).
+
+Budget rule: every full-batch gradient of one chain reads the whole training set through the meter and is
+charged one epoch (the initial gradient, each step of the step-size search and each leapfrog step; vectorised
+chains are charged for the steps computed for chains whose trajectory already ended, as the network computes
+them). Burn-in lasts while less than ``burn_in`` of the budget is spent; an iteration starts only if its
+longest possible trajectory fits in what is left, so the run ends with the unspent epochs reported. At most
+``2 * max_samples`` samples are kept: when that many are held, every other one is dropped and from then on
+only every other iteration is kept (the kept samples stay evenly spaced). The step-size search may spend at
+most half of the budget.
+
+Deviations from the references' runs: a fixed number of leapfrog steps by default (a trajectory of the
+references' length takes 50 to 300 steps on the embedded tasks, so a budget of 100 epochs would not finish one),
+the step-size search of Algorithm 4 at the start (the references start every chain at 1e-3 and run 100
+burn-in iterations, far more than a budget of a few hundred epochs allows), and burn-in measured in epochs
+rather than iterations. ``vectorise`` and ``compiled`` choose how the trajectories
+are computed (:class:`reference.hmc.Integrator`): all chains at once or one by one, eagerly or as one compiled
+function per leapfrog step (about 20-30 s to compile, worth it only for long runs); they change round-off and
+speed, and, vectorised, what finished chains are charged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveAccumulator, Problem,
+                                member_generators, next_seed)
+from bench.budget import MeteredData
+from bench.errors import BudgetExhausted
+from bench.functional import StackedModel, seeded_module
+from reference import hmc
+
+MAX_LEAPFROG_STEPS = 10_000
+"""The references' cap on one trajectory's steps (``reference.settings.HMCSettings``)."""
+SEARCH_ROUNDS = 30
+"""At most this many rounds (doublings or halvings) of the initial step-size search."""
+
+
+@dataclass(frozen=True)
+class HMCConfig:
+    chains: int = 1
+    burn_in: float = 0.5
+    leapfrog_steps: int = 10
+    trajectory_length: float = 0.0
+    jitter: float = 0.2
+    initial_step_size: float = 1e-3
+    target_accept: float = 0.8
+    max_samples: int = 500
+    vectorise: bool = True
+    compiled: bool = False
+
+    BOUNDS: ClassVar[dict[str, str]] = {
+        "chains": "[1, inf)",
+        "burn_in": "[0, 1)",
+        "leapfrog_steps": "[0, inf)",
+        "trajectory_length": "[0, inf)",
+        "jitter": "[0, 1)",
+        "initial_step_size": "(0, inf)",
+        "target_accept": "(0, 1)",
+        "max_samples": "[1, inf)",
+    }
+    """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+
+
+HMC_DEFAULTS: dict[str, dict] = {
+    # leapfrog_steps: the lowest held-out NLL at budget 100 over 3, 10, 30 and 100 steps (`python
+    # benchmarks/tune_trajectory.py hmc`; 30 and 100 left no sample after burn-in): 3 on toy-gap and
+    # diabetes-gap, the class default of 10 on digits.
+    "toy-gap": dict(leapfrog_steps=3),
+    "diabetes-gap": dict(leapfrog_steps=3),
+}
+
+
+class EvenlyKept:
+    """Samples' test outputs kept evenly spaced in at most ``2 * limit`` entries: every ``stride``-th offered
+    sample is kept, and when ``2 * limit`` are held every other one is dropped and the stride doubles."""
+
+    def __init__(self, limit: int):
+        self.limit, self.stride, self.offered, self.outputs = limit, 1, 0, []
+
+    def wants_next(self) -> bool:
+        """Whether the next offered sample will be kept (so that only kept samples are evaluated)."""
+        return self.offered % self.stride == 0
+
+    def offer(self, outputs: torch.Tensor | None) -> None:
+        """The next sample's outputs ``(C, N_test, n_outputs)`` (None when :meth:`wants_next` was false)."""
+        if self.wants_next():
+            self.outputs.append(outputs)
+            if len(self.outputs) == 2 * self.limit:
+                self.outputs, self.stride = self.outputs[::2], 2 * self.stride
+        self.offered += 1
+
+
+class BudgetedHMC(Approximator):
+    name = "hmc"
+    summary = "full-batch HMC, the references' sampler, under the budget: one epoch per chain-gradient"
+    paper = "Neal 2011; Izmailov et al. 2021"
+    Config = HMCConfig
+    TASK_DEFAULTS = HMC_DEFAULTS
+    check_budget = 100.0
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        return Footprint(self.config.chains, 0, what="chain")
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        c = self.config
+        meter = data.meter
+        if meter.epochs_left < 2 * c.chains:
+            raise BudgetExhausted(f"hmc: a budget of {meter.budget_epochs:g} epochs leaves {c.chains} chain(s) no "
+                                  f"leapfrog step after their initial gradients (at least {2 * c.chains} epochs)")
+        generators = member_generators(generator, c.chains)
+        model = StackedModel(problem.model_factory())
+        rows = torch.arange(data.n_train)
+
+        def log_likelihood(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return problem.likelihood.log_prob(model.flat(theta, x), y).double().sum(-1)
+
+        target = hmc.Target(log_likelihood, problem.prior_variance,
+                            data=lambda chains: data.shared_batch(rows, copies=chains))
+        integrator = hmc.Integrator(target, vectorise=c.vectorise, compiled=c.compiled)
+        initial = model.layout.flatten(StackedModel.stack(
+            [seeded_module(problem.model_factory, next_seed(g)) for g in generators])).to(data.device)
+        fixed_length = c.trajectory_length or hmc.default_trajectory_length(problem.prior_variance)
+        state = hmc.init(initial, target, c.initial_step_size, adapt=True)
+        rounds = min(SEARCH_ROUNDS, self._gradients_left(meter) // (2 * c.chains))
+        if rounds:
+            state = hmc.find_reasonable_step_size(state, target, generators, integrator, max_doublings=rounds)
+        kept = EvenlyKept(c.max_samples)
+        iterations, burn_in_iterations, accepted = 0, 0, 0.0
+        while True:
+            adapting = state.adaptation is not None
+            if adapting and meter.epochs_used >= c.burn_in * meter.budget_epochs:
+                state, adapting = hmc.freeze(state), False
+            if c.leapfrog_steps:
+                longest = torch.full((c.chains,), math.ceil(c.leapfrog_steps * (1 + c.jitter)))
+            else:
+                longest = hmc.leapfrog_steps(fixed_length * (1 + c.jitter), state.step_size, MAX_LEAPFROG_STEPS)
+            if integrator.gradient_evaluations(longest) > self._gradients_left(meter):
+                break
+            state, info = hmc.step(state, target, fixed_length, generators, c.target_accept, MAX_LEAPFROG_STEPS,
+                                   c.jitter, integrator, n_leapfrog=c.leapfrog_steps or None)
+            iterations += 1
+            if adapting:
+                burn_in_iterations += 1
+                continue
+            accepted += float(info.accepted.double().mean())
+            kept.offer(_test_outputs(problem, model, state.position) if kept.wants_next() else None)
+        if not kept.outputs:
+            raise BudgetExhausted(f"hmc: a budget of {meter.budget_epochs:g} epochs ended {c.chains} chain(s) after "
+                                  f"{burn_in_iterations} burn-in iteration(s), before any sample; raise the budget, "
+                                  f"lower burn_in or trajectory_length")
+        outputs = torch.cat(kept.outputs).double()
+        accumulator = PredictiveAccumulator(problem, outputs.shape[0], generator)
+        accumulator.add_outputs(outputs)
+        samples = iterations - burn_in_iterations
+        self.report = {"chains": c.chains, "iterations": iterations, "burn_in_iterations": burn_in_iterations,
+                       "samples_per_chain": samples, "samples_kept": outputs.shape[0],
+                       "acceptance_rate": accepted / samples if samples else None,
+                       "step_sizes": state.step_size.tolist(),
+                       "trajectory": f"{c.leapfrog_steps} steps" if c.leapfrog_steps else f"length {fixed_length:g}",
+                       "epochs_unspent": meter.epochs_left}
+        self._predictive = accumulator.result()
+
+    @staticmethod
+    def _gradients_left(meter) -> int:
+        """Full-data chain-gradients the budget still pays for."""
+        return round(meter.epochs_left * meter.n_train) // meter.n_train
+
+
+def _test_outputs(problem: Problem, model: StackedModel, position: torch.Tensor) -> torch.Tensor:
+    """The chains' outputs on the test inputs ``(C, N_test, n_outputs)`` float32 on the CPU, evaluated
+    :data:`~approximators.base.EVAL_CHUNK` rows at a time (a test pass per chain)."""
+    x = problem.x_test
+    with torch.no_grad():
+        outputs = torch.cat([model.flat(position, x[i:i + EVAL_CHUNK]).float().cpu()
+                             for i in range(0, x.shape[0], EVAL_CHUNK)], dim=1)
+    problem.meter.record_test_pass(position.shape[0] * x.shape[0], x.shape[0])
+    return outputs
