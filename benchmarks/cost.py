@@ -1,6 +1,6 @@
 """Cost of training and of HMC on the embedded tasks, measured in one run on one machine.
 
-    python benchmarks/cost.py [--epochs 10] [--repeats 5] [--methods sgd vogn ...] [--no-hmc]
+    python benchmarks/cost.py [--epochs 10] [--repeats 5] [--methods sgd vogn ...] [--tasks ...] [--no-hmc]
 
 1. One charged epoch of each method (its whole ``fit``: training, validation and the predictive's
    test passes, divided by the epochs charged), as a ratio to one plain SGD epoch of the same model
@@ -49,6 +49,8 @@ MEASURED = {
     "mfvi": None,
     "mc-dropout": None,
     "laplace": None,
+    # One full-data gradient per epoch; shorter trajectories than its default, so that 10 epochs hold a sample.
+    "hmc": {"leapfrog_steps": "2"},
 }
 
 
@@ -101,16 +103,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--methods", nargs="+", choices=list(MEASURED), default=list(MEASURED))
     parser.add_argument("--no-hmc", action="store_true", help="skip the HMC table")
+    parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     args = parser.parse_args()
     torch.manual_seed(0)
     rows, marginal_rows, fixed_rows, hmc_rows = [], [], [], []
-    for name in task_names():
+    for name in args.tasks:
         task = get_task(name)
         plain = {}  # batch size -> fastest plain SGD epoch seen (seconds)
         row, marginal_row, fixed_row = {"task": name}, {"task": name}, {"task": name}
         for method in args.methods:
             overrides = MEASURED[method]
-            batch = resolve_config(METHODS[method], name, overrides).batch_size
+            # A full-batch method (hmc) is set against plain SGD at the batch size of the task's `sgd`.
+            batch = getattr(resolve_config(METHODS[method], name, overrides), "batch_size", None) or \
+                resolve_config(METHODS["sgd"], name).batch_size
             ratios, marginals, fixed = [], [], []
             for _ in range(args.repeats):
                 reference = plain_sgd_epoch(task, batch, epochs=10)

@@ -1,10 +1,12 @@
 """Fidelity of methods at several budgets and seeds on the embedded tasks (the SAE paper's Table 2, here).
 
     python benchmarks/fidelity_table.py [--methods ae sae ...] [--budgets 200 500 1000] [--seeds 0 1 2] [--out runs-table]
+                                        [--tasks ...] [--compact]
 
 Runs are written (and reused when already finished: the sweep resumes) under ``--out``; the table
 shows mean ± standard deviation over seeds (ddof = 1) of the fidelity metrics, next to the
-reference's noise floor.
+reference's noise floor. ``--compact`` prints one row per method and one column per task and budget, of
+the distance docs/methods.md shows (W1 for regression, total variation for classification), in Markdown.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=["ae", "sae"])
     parser.add_argument("--out", type=Path, default=Path("runs-table"))
+    parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
+    parser.add_argument("--compact", action="store_true")
     args = parser.parse_args()
+    if args.compact:
+        compact(args)
+        return
     rows = []
-    for task_name in task_names():
+    for task_name in args.tasks:
         task = get_task(task_name)
         names = FIDELITY[task.kind]
         for budget in args.budgets:
@@ -55,6 +62,26 @@ def main() -> None:
                          **{metric: f"{floor[metric]:.4f}" for metric in names}})
     print(f"mean ± std over seeds {args.seeds} (ddof=1)")
     print(tabulate(rows, headers="keys"))
+
+
+DISTANCE = {"classification": "total_variation", "regression": "w1"}
+
+
+def compact(args) -> None:
+    columns = [(task, budget) for task in args.tasks for budget in args.budgets]
+    rows, floors = [], {}
+    for method in args.methods:
+        row = {"method": f"`{method}`"}
+        for task_name, budget in columns:
+            results = [result_of(RunSpec(task_name, method, budget, seed, out=args.out)) for seed in args.seeds]
+            metric = DISTANCE[get_task(task_name).kind]
+            values = np.array([r["metrics"][metric] for r in results])
+            row[f"{task_name} {budget:g}"] = f"{values.mean():.3f}±{values.std(ddof=1):.3f}"
+            floors[task_name] = results[0]["noise_floor"]["all"][metric]
+        rows.append(row)
+    print(f"mean ± std over seeds {args.seeds} (ddof=1); noise floors: "
+          + ", ".join(f"{task} {floor:.3f}" for task, floor in floors.items()))
+    print(tabulate(rows, headers="keys", tablefmt="github"))
 
 
 if __name__ == "__main__":

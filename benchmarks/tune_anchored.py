@@ -1,6 +1,6 @@
 """Random search of the anchored methods' optimiser settings on the embedded tasks.
 
-    python benchmarks/tune_anchored.py [--trials 16] [--seed 0]
+    python benchmarks/tune_anchored.py [--trials 16] [--seed 0] [--tasks digits]
 
 The SAE authors tuned, per task, the first member's (batch, lr -> min_lr, beta1, beta2) and the
 sequential members' (lr -> min_lr, beta1, beta2). This does the same for the embedded tasks with a
@@ -90,8 +90,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     args = parser.parse_args()
-    results = {name: tune(name, args.trials, args.seed) for name in task_names()}
+    torch.set_num_threads(1)
+    results = {name: tune(name, args.trials, args.seed) for name in args.tasks}
     print("\nfirst members:")
     for name, (first, _) in results.items():
         print(f'    "{name}": dict({", ".join(f"{k}={v}" for k, v in first.items())}),')

@@ -1,7 +1,8 @@
 """Per-task step sizes of the SGD-trajectory, SG-MCMC and variational methods, and MC dropout's rate,
 on the embedded tasks, picked without the HMC reference.
 
-    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi mc-dropout] [--budget 100] [--seeds 0 1 2]
+    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi mc-dropout sgd hmc] [--budget 100] [--seeds 0 1 2]
+                                         [--tasks digits]
 
 For each seed, a seeded 10% of each task's training rows is held out. For every learning rate (MC
 dropout: every dropout rate, at ``sgd``'s learning rate of the task) on
@@ -28,20 +29,26 @@ from tabulate import tabulate
 
 from approximators import METHODS, resolve_config
 from approximators.map import EMBEDDED_DEFAULTS
-from bench.errors import TrainingDiverged
+from bench.errors import BudgetExhausted, TrainingDiverged
 from bench.runner import execute, metered
 from bench.tasks import get_task, task_names
 
 GRID = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
 GRIDS = {"vogn": [1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01], "mfvi": [1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1],
-         "mc-dropout": [0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5]}  # Gal & Ghahramani's UCI grid, and larger
-"""Per-method grids where the default one does not apply (VOGN's step is a Newton step: 0.01 diverges)."""
-TUNED_SETTING = {"mc-dropout": "rate"}
+         "mc-dropout": [0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5],  # Gal & Ghahramani's UCI grid, and larger
+         "sgd": [3e-4, 1e-3, 3e-3, 0.01, 0.03], "hmc": [3, 10, 30, 100]}
+"""Per-method grids where the default one does not apply (VOGN's step is a Newton step: 0.01 diverges; ``hmc``'s
+grid is over its leapfrog steps per trajectory, from nearly Langevin to the references' length)."""
+TUNED_SETTING = {"mc-dropout": "rate", "hmc": "leapfrog_steps"}
 """The setting a method's grid is over, where it is not ``lr``."""
+COUPLED = {"sgd": {"min_lr": 0.01}}
+"""Settings that follow the tuned one in a fixed ratio (``sgd``: a cosine decay to lr / 100, as on ``digits``)."""
 
 
 def grid(method: str) -> list[float]:
     return GRIDS.get(method, GRID)
+
+
 HELD_OUT = 0.1
 
 
@@ -54,16 +61,20 @@ def held_out_nll(task, predictive: np.ndarray, y: np.ndarray) -> float:
 
 def settings(method: str, task: str, lr: float) -> dict[str, str]:
     if method in TUNED_SETTING:
-        return {TUNED_SETTING[method]: str(lr)}
+        value = int(lr) if method == "hmc" else lr
+        return {TUNED_SETTING[method]: str(value)}
     values = {"batch_size": str(EMBEDDED_DEFAULTS[task]["batch_size"]), "lr": str(lr)}
     if method == "swag":
         values["swa_lr"] = str(lr / 5)
+    values.update({name: str(lr * ratio) for name, ratio in COUPLED.get(method, {}).items()})
     return values
 
 
 def tune(method: str, task_name: str, budget: float, seeds: list[int]) -> tuple[float, list[float]]:
     scores = np.mean([scores_on_split(method, task_name, budget, seed) for seed in seeds], axis=0)
-    return grid(method)[int(np.argmin(with_margin(scores)))], scores.tolist()
+    # The margin guards step sizes near divergence; hmc's grid is over trajectory lengths, which do not diverge.
+    kept = scores if method == "hmc" else with_margin(scores)
+    return grid(method)[int(np.argmin(kept))], scores.tolist()
 
 
 def with_margin(scores: np.ndarray) -> np.ndarray:
@@ -87,7 +98,7 @@ def scores_on_split(method: str, task_name: str, budget: float, seed: int) -> li
             predictive, _ = execute(cls, resolve_config(cls, task_name, settings(method, task_name, lr)), problem,
                                     data, seed)
             score = held_out_nll(task, predictive, task.y_train[held].numpy())
-        except TrainingDiverged:
+        except (TrainingDiverged, BudgetExhausted):  # diverged, or (hmc) no sample within the budget
             score = math.inf
         scores.append(score if math.isfinite(score) else math.inf)
     return scores
@@ -98,10 +109,12 @@ def main() -> None:
     parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi", "mc-dropout"])
     parser.add_argument("--budget", type=float, default=100.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     args = parser.parse_args()
+    torch.set_num_threads(1)
     rows = []
     for method in args.methods:
-        for task in task_names():
+        for task in args.tasks:
             best, scores = tune(method, task, args.budget, args.seeds)
             rows.append({"method": method, "task": task, f"best {TUNED_SETTING.get(method, 'lr')}": f"{best:g}",
                          **{f"{lr:g}": f"{score:.3f}" for lr, score in zip(grid(method), scores)}})
