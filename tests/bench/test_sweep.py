@@ -230,9 +230,10 @@ def test_a_stopped_sweep_leaves_no_half_run_and_resumes_to_a_clean_sweeps_result
     out = tmp_path / "runs"
     args = ["sweep", "--method", "sweep_plugin:Held", "--task", "toy-gap", "--budget", "1", "2", "--seed", "0", "1",
             "--out", str(out)]
+    # Ctrl-C as in a terminal: a suite started as a background job hands its children SIGINT ignored.
     sweep = subprocess.Popen([sys.executable, "-m", "bench", *args, "--workers", "2"], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env={**os.environ, "SWEEP_TEST_HOLD": str(hold)},
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     in_flight = [records.run_folder(out, "toy-gap", "held", 2, seed) for seed in (0, 1)]
     try:
         _wait_for(lambda: all(f.exists() and _held(f) for f in in_flight), 60, "both budget-2 runs in flight")
