@@ -81,6 +81,8 @@ CYCLICAL_DEFAULTS = {
     "toy-gap": dict(batch_size=16, lr=0.01),
     "diabetes-gap": dict(batch_size=32, lr=0.03),
     "digits": dict(batch_size=64, lr=0.3),
+    "digits-cnn": dict(batch_size=64, lr=0.1),
+    "digits-lstm": dict(batch_size=64, lr=0.1),
     # The competition tasks use the class defaults, the authors' CIFAR settings (untuned for the
     # other models), except where those diverge within a few epochs on random data of the task's
     # official shapes (`python benchmarks/competition_stability.py`: 0.5 and 0.3 diverge on the

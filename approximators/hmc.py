@@ -80,10 +80,13 @@ class HMCConfig:
 
 HMC_DEFAULTS: dict[str, dict] = {
     # leapfrog_steps: the lowest held-out NLL at budget 100 over 3, 10, 30 and 100 steps (`python
-    # benchmarks/tune_trajectory.py hmc`; 30 and 100 left no sample after burn-in): 3 on toy-gap and
-    # diabetes-gap, the class default of 10 on digits.
+    # benchmarks/tune_trajectory.py hmc`; 30 and 100 left no sample after burn-in): 3 on toy-gap, diabetes-gap and
+    # digits-lstm, the class default of 10 on digits and digits-cnn.
     "toy-gap": dict(leapfrog_steps=3),
     "diabetes-gap": dict(leapfrog_steps=3),
+    # Chain by chain on the convnet and the CNN-LSTM, where `benchmarks/hmc_speed.py` measured it faster.
+    "digits-cnn": dict(vectorise=False),
+    "digits-lstm": dict(vectorise=False, leapfrog_steps=3),
 }
 
 

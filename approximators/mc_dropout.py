@@ -20,10 +20,10 @@ per task, in :data:`SITES` and :data:`RATES`:
 - MLPs (toy-gap, diabetes-gap, digits, uci-gap): the hidden units, i.e. the input of the output
   layer. Deviation from the paper's "dropout before every weight layer": not on the network's
   inputs (toy-gap has one input, which dropout would zero outright).
-- ResNet-20-FRN (cifar10) and the CNN-LSTM (imdb): the input of the classifier (the pooled
-  features, the LSTM's last state). AlexNet (cifar10c) and LeNet-5 (dermamnist): the input of every
-  dense layer. Deviation: no dropout after convolutions (Gal & Ghahramani's Bayesian CNN) nor
-  inside the LSTM (their variational RNN dropout).
+- ResNet-20-FRN (cifar10), the CNN-LSTM (imdb) and their small embedded counterparts (digits-cnn,
+  digits-lstm): the input of the classifier (the pooled features, the LSTM's last state). AlexNet
+  (cifar10c) and LeNet-5 (dermamnist): the input of every dense layer. Deviation: no dropout after convolutions (Gal & Ghahramani's
+  Bayesian CNN) nor inside the LSTM (their variational RNN dropout).
 
 Rates on the embedded tasks: ``python benchmarks/tune_trajectory.py mc-dropout`` (held-out NLL
 over Gal & Ghahramani's UCI grid 0.005-0.1 and 0.2-0.5, never the reference); on the competition
@@ -53,13 +53,14 @@ from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
 
 SITES = {"toy-gap": "2", "diabetes-gap": "2", "digits": "2", "uci-gap": "2",
-         "cifar10": "classifier", "imdb": "classifier",
+         "cifar10": "classifier", "imdb": "classifier", "digits-cnn": "classifier", "digits-lstm": "classifier",
          "cifar10c": "dense1,dense2,classifier", "dermamnist": "dense1,dense2,classifier"}
 """Per task, the layers (module names of the task's network) whose inputs are dropped."""
 
-RATES = {"toy-gap": 0.01, "diabetes-gap": 0.3, "digits": 0.005}
+RATES = {"toy-gap": 0.01, "diabetes-gap": 0.3, "digits": 0.005, "digits-cnn": 0.005,
+         "digits-lstm": 0.005}
 """Per-task dropout rates from ``python benchmarks/tune_trajectory.py mc-dropout`` (embedded tasks; held-out
-NLL over 0.005-0.5, seeds 0-2, budget 100): the smallest rates win on toy-gap and digits, where the method
+NLL over 0.005-0.5, seeds 0-2, budget 100): the smallest rates win on toy-gap and the digits tasks, where the method
 is then close to MAP."""
 
 

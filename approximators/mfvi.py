@@ -49,7 +49,8 @@ from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
 
 
-TUNED = {"toy-gap": dict(lr=0.01), "diabetes-gap": dict(lr=0.01), "digits": dict(lr=0.003)}
+TUNED = {"toy-gap": dict(lr=0.01), "diabetes-gap": dict(lr=0.01), "digits": dict(lr=0.003),
+         "digits-cnn": dict(lr=0.003), "digits-lstm": dict(lr=0.003)}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ Training details, metering and the first member's per-task defaults are as in
 :mod:`approximators.anchored`. The ``seq_*`` settings, E_s and ``walk_step`` are the authors'
 per-task values for the competition tasks and are borrowed from their closest task for the embedded
 ones (UCI-Gap: E_s = 5 and s = 0.01 for the regression tasks; DermaMNIST: E_s = 2 and s = 0.01 for
-``digits``). A random search of the sequential settings on validation NLL was tried and rejected:
+the digits tasks). A random search of the sequential settings on validation NLL was tried and rejected:
 it always picked the smallest learning rate, which leaves each member where its predecessor was
 (validation NLL cannot see the diversity SAE needs).
 """
@@ -92,7 +92,8 @@ _SEQUENTIAL = {
                     seq_beta1=0.8109, seq_beta2=0.9959),
 }
 _SEQUENTIAL.update({"toy-gap": _SEQUENTIAL["uci-gap"], "diabetes-gap": _SEQUENTIAL["uci-gap"],
-                    "digits": _SEQUENTIAL["dermamnist"]})
+                    "digits": _SEQUENTIAL["dermamnist"], "digits-cnn": _SEQUENTIAL["dermamnist"],
+                    "digits-lstm": _SEQUENTIAL["dermamnist"]})
 SAE_DEFAULTS = {task: {**FIRST_MEMBER_DEFAULTS[task], **seq} for task, seq in _SEQUENTIAL.items()}
 
 

@@ -72,6 +72,8 @@ SGLD_DEFAULTS = {
     "toy-gap": dict(batch_size=16, lr=0.01),
     "diabetes-gap": dict(batch_size=32, lr=0.03),
     "digits": dict(batch_size=64, lr=0.3),
+    "digits-cnn": dict(batch_size=64, lr=1.0),
+    "digits-lstm": dict(batch_size=64, lr=1.0),
     # The competition tasks use the class defaults (untuned; see the module docstring).
 }
 

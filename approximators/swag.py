@@ -93,6 +93,8 @@ SWAG_DEFAULTS = {
     "toy-gap": dict(batch_size=16, lr=0.01, swa_lr=0.002),
     "diabetes-gap": dict(batch_size=32, lr=0.001, swa_lr=0.0002),
     "digits": dict(batch_size=64, lr=0.3, swa_lr=0.06),
+    "digits-cnn": dict(batch_size=64, lr=0.1, swa_lr=0.02),
+    "digits-lstm": dict(batch_size=64, lr=0.1, swa_lr=0.02),
     # The competition tasks use the class defaults: the authors' VGG-16 (no batch norm) CIFAR settings.
 }
 

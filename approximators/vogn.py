@@ -85,6 +85,8 @@ VOGN_DEFAULTS = {
     "toy-gap": dict(batch_size=16, lr=3e-4),
     "diabetes-gap": dict(batch_size=32, lr=1e-3),
     "digits": dict(batch_size=64, lr=3e-4),
+    "digits-cnn": dict(batch_size=64, lr=1e-3),
+    "digits-lstm": dict(batch_size=64, lr=1e-3),
     # The competition tasks use the class defaults: lr 3e-4, the embedded tasks' choice (untuned there).
 }
 

@@ -1,7 +1,7 @@
 """Full-batch HMC speed: gradient evaluations per second, ours (four ways) beside NumPyro's, same model and data.
 
     pip install -e ".[crosscheck]"
-    OMP_NUM_THREADS=1 python benchmarks/hmc_speed.py [--tasks toy-gap digits] [--chains 1 8] [--repeats 3]
+    OMP_NUM_THREADS=1 python benchmarks/hmc_speed.py [--tasks digits-cnn digits-lstm] [--chains 1 8] [--repeats 3]
 
 Both sides run fixed-step HMC iterations: a fresh momentum, L = ``--steps`` leapfrog steps of one step size (the
 task's reference step size where it has one), a Metropolis test, over the task's whole training set, one thread
@@ -104,7 +104,7 @@ def timed(run, iterations: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=["toy-gap", "digits"])
+    parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"])
     parser.add_argument("--chains", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))

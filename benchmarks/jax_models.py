@@ -18,6 +18,7 @@ import torch
 
 from bench.functional import ParameterLayout, StackedModel
 from bench.tasks import Task
+from bench.tasks.models import LSTM_FORGET_BIAS, same_padding
 
 
 def _jax():
@@ -49,6 +50,41 @@ def _mlp(p, x, layers: list[str]):
     return x
 
 
+def _same_conv(x, weight, bias, stride: int):
+    jax, _ = _jax()
+    padding = [same_padding(x.shape[-2], weight.shape[-2], stride), same_padding(x.shape[-1], weight.shape[-1], stride)]
+    out = jax.lax.conv_general_dilated(x, weight, (stride, stride), padding,
+                                       dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return out + bias[None, :, None, None]
+
+
+def _convnet(p, x):
+    jax, _ = _jax()
+    h = jax.nn.silu(_same_conv(x, p["conv1.weight"], p["conv1.bias"], 2))
+    h = jax.nn.silu(_same_conv(h, p["conv2.weight"], p["conv2.bias"], 2))
+    return _linear(h.mean(axis=(-2, -1)), p, "classifier")
+
+
+def _cnn_lstm(p, rows, pool: int):
+    jax, jnp = _jax()
+    x = jnp.swapaxes(rows, -1, -2)  # (N, pixels as channels, rows as time)
+    h = jax.lax.conv_general_dilated(x, p["conv.weight"], (1,), "VALID", dimension_numbers=("NCH", "OIH", "NCH"))
+    h = jnp.maximum(h + p["conv.bias"][None, :, None], 0.0)
+    n, c, t = h.shape
+    h = h[..., : t // pool * pool].reshape(n, c, t // pool, pool).max(axis=-1)
+    steps = jnp.swapaxes(h, -1, -2)  # (N, T', filters)
+    weight, bias = p["lstm.linear.weight"], p["lstm.linear.bias"]
+    hidden_size = weight.shape[0] // 4
+    hidden = jnp.zeros((n, hidden_size), steps.dtype)
+    cell = jnp.zeros((n, hidden_size), steps.dtype)
+    for step in range(steps.shape[1]):
+        gates = jnp.concatenate([steps[:, step], hidden], axis=-1) @ weight.T + bias
+        i, g, f, o = jnp.split(gates, 4, axis=-1)
+        cell = jax.nn.sigmoid(f + LSTM_FORGET_BIAS) * cell + jax.nn.sigmoid(i) * jnp.tanh(g)
+        hidden = jax.nn.sigmoid(o) * jnp.tanh(cell)
+    return _linear(hidden, p, "classifier")
+
+
 def forward_fn(task: Task) -> Callable:
     """``forward(params_dict, x) -> outputs`` for the task's architecture."""
     module = task.model_factory()
@@ -56,6 +92,10 @@ def forward_fn(task: Task) -> Callable:
     if isinstance(module, torch.nn.Sequential):
         layers = [n for n, m in module.named_children() if isinstance(m, torch.nn.Linear)]
         return lambda p, x: _mlp(p, x, layers)
+    if name == "DigitsConvNet":
+        return _convnet
+    if name == "DigitsCNNLSTM":
+        return lambda p, x: _cnn_lstm(p, x, module.pool)
     raise ValueError(f"no JAX twin of {name} ({task.name})")
 
 

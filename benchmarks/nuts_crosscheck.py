@@ -1,7 +1,7 @@
 """An independent check of an embedded task's HMC reference: NumPyro's NUTS on the same posterior.
 
     pip install -e ".[crosscheck]"   # jax, jaxlib, numpyro: never a core or test dependency
-    python benchmarks/nuts_crosscheck.py --task digits [--chains 4] [--warmup 500] [--samples 500] [--workers 2]
+    python benchmarks/nuts_crosscheck.py --task digits-cnn [--chains 4] [--warmup 500] [--samples 500] [--workers 2]
 
 NUTS (Hoffman & Gelman 2014, NumPyro's defaults: step size and a diagonal mass matrix adapted during warm-up,
 target acceptance 0.8, trees of depth at most 10) samples the task's posterior p(theta | D) ∝ p(D | theta)

@@ -1,6 +1,6 @@
 """Random search of the anchored methods' optimiser settings on the embedded tasks.
 
-    python benchmarks/tune_anchored.py [--trials 16] [--seed 0] [--tasks digits]
+    python benchmarks/tune_anchored.py [--trials 16] [--seed 0] [--tasks digits-cnn digits-lstm]
 
 The SAE authors tuned, per task, the first member's (batch, lr -> min_lr, beta1, beta2) and the
 sequential members' (lr -> min_lr, beta1, beta2). This does the same for the embedded tasks with a

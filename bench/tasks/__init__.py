@@ -12,19 +12,21 @@ from typing import Callable
 
 from bench.errors import ConfigError
 from bench.tasks.base import PREDICTIVE_SAMPLES, Task, TestBlock
-from bench.tasks.embedded import diabetes_gap, digits, toy_gap
+from bench.tasks.embedded import diabetes_gap, digits, digits_cnn, digits_lstm, toy_gap
 
 EMBEDDED: dict[str, Callable[[], Task]] = {
     "toy-gap": toy_gap,
     "diabetes-gap": diabetes_gap,
     "digits": digits,
+    "digits-cnn": digits_cnn,
+    "digits-lstm": digits_lstm,
 }
 """The embedded suite, in the order runs go through it."""
 
 DEFAULT_TASKS = ("toy-gap", "diabetes-gap", "digits")
 """What ``run`` and ``sweep`` train on without ``--task``: the MLP tasks (the README's quick start, about 20 s for
-``sae`` at 1000 epochs on 2 CPU cores); embedded tasks of other architectures, which cost more per epoch, run
-when named with ``--task``."""
+``sae`` at 1000 epochs on 2 CPU cores). The convnet and CNN-LSTM tasks cost a few times more per epoch and run
+with ``--task digits-cnn`` and ``--task digits-lstm``."""
 
 COMPETITION = ("cifar10", "cifar10c", "imdb", "dermamnist", "uci-gap")
 """The NeurIPS 2021 competition tasks (:mod:`bench.tasks.competition`), which need ``fetch`` first."""

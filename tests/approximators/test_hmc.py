@@ -67,7 +67,7 @@ def test_budgeted_hmc_samples_the_closed_form_posterior(linear_regression, monke
 @pytest.mark.parametrize("overrides", [{}, {"vectorise": "false", "chains": "3"}, {"chains": "2", "jitter": "0"},
                                        {"chains": "3", "leapfrog_steps": "0", "trajectory_length": "0.02",
                                         "burn_in": "0"}])
-@pytest.mark.parametrize("task, rows", [("toy-gap", None), ("digits", 128)])
+@pytest.mark.parametrize("task, rows", [("toy-gap", None), ("digits-cnn", 128)])
 def test_every_chain_gradient_is_charged_one_epoch(overrides, task, rows):
     """Counted where the network computes (the honesty probe), vectorised chains whose trajectory ended included."""
     result = probe("hmc", task, budget=300, overrides=overrides, train_rows=rows)
