@@ -540,26 +540,31 @@ def _cmd_reference(args) -> int:
                          f"replace it" + ("" if args.install else " or choose another --out"))
     check_writable(folder, force=True)  # before an hour of sampling, not after
     # The checkpoints stay until the reference is written: a failure anywhere before loses no sampling.
-    with claimed_checkpoints(args.checkpoints / task.name, restart=args.restart):
-        generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
-                             progress=None if not args.quiet else False, checkpoints=args.checkpoints,
-                             workers=args.workers)
-        meta = generated.metadata
-        rhat = meta["diagnostics"]["max_split_rhat"]
-        print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
-              f"min bulk ESS {meta['diagnostics']['min_bulk_ess']:.0f}, {meta['compute_seconds']:.0f} s of sampling")
-        print(f"noise floor: {meta['noise_floor']['all']}")
-        if rhat > R_HAT_LIMIT:
-            raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
-                             "raise n_samples in reference/settings.py and run again (the chains continue from their checkpoints)")
-        try:
-            shipped = store.load_reference(task)
-            print(f"against the shipped reference: {compare(task, generated.array, shipped.array)['all']}")
-        except Exception as error:  # the shipped reference may legitimately be absent or stale here
-            print(f"no valid shipped reference to compare with ({error})")
-        entry = store.write_reference(folder, task.name, generated.key, generated.array, meta)
-        if args.install:
-            store.register(task.name, entry)
+    try:
+        with claimed_checkpoints(args.checkpoints / task.name, restart=args.restart):
+            generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
+                                 progress=None if not args.quiet else False, checkpoints=args.checkpoints,
+                                 workers=args.workers)
+            meta = generated.metadata
+            rhat = meta["diagnostics"]["max_split_rhat"]
+            print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
+                  f"min bulk ESS {meta['diagnostics']['min_bulk_ess']:.0f}, {meta['compute_seconds']:.0f} s of sampling")
+            print(f"noise floor: {meta['noise_floor']['all']}")
+            if rhat > R_HAT_LIMIT:
+                raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
+                                 "raise n_samples in reference/settings.py and run again (the chains continue from their checkpoints)")
+            try:
+                shipped = store.load_reference(task)
+                print(f"against the shipped reference: {compare(task, generated.array, shipped.array)['all']}")
+            except Exception as error:  # the shipped reference may legitimately be absent or stale here
+                print(f"no valid shipped reference to compare with ({error})")
+            entry = store.write_reference(folder, task.name, generated.key, generated.array, meta)
+            if args.install:
+                store.register(task.name, entry)
+    except KeyboardInterrupt:  # the checkpoints stay (the claim removes them only once the reference is written)
+        print(f"error: interrupted; each chain's progress is kept in {args.checkpoints / task.name} (at most a minute "
+              f"of sampling per chain is lost): run the same command again to continue", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"wrote {folder / (task.name + '.npz')} (sha256 {entry['npz_sha256']})"
           + (" and updated the registry" if args.install else ""))
     return 0

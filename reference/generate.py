@@ -16,12 +16,12 @@ chains: no method can be expected to score better than that against a reference 
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import io
 import math
 import multiprocessing
 import platform
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,30 +365,40 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
     return _assemble(task, settings, runs, device, wall, workers)
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker ignores Ctrl-C: the parent, which hears it too, stops every worker at once (each chain keeps its last
+    checkpoint), instead of waiting for workers that were busy in compiled code to finish their chains."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _in_workers(task: Task, settings: HMCSettings, groups: list[list[int]], device: str, checkpoints: Path | None,
                 workers: int, heard: Callable[[StepInfoSummary], None]) -> list[ChainGroupRun]:
+    """Chain groups in ``workers`` processes; an interrupt or a failure in any of them stops them all at once."""
     from bench.tasks import EMBEDDED
 
     if EMBEDDED.get(task.name) is None:
         raise ValueError("only a registered embedded task can be sampled in worker processes")
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with context.Manager() as manager:  # its server process ignores Ctrl-C itself
         queue = manager.Queue()
-        futures = {pool.submit(_worker, task.name, settings, chains, device, checkpoints, 1, queue): i
-                   for i, chains in enumerate(groups)}
-        runs: list[ChainGroupRun | None] = [None] * len(groups)
-        pending = set(futures)
+        pool = context.Pool(workers, initializer=_leave_interrupts_to_the_parent)
         try:
-            while pending:
-                finished, pending = concurrent.futures.wait(pending, timeout=0.2)
+            results = [pool.apply_async(_worker, (task.name, settings, chains, device, checkpoints, 1, queue))
+                       for chains in groups]
+            while not all(result.ready() for result in results):
+                time.sleep(0.2)
                 while not queue.empty():
                     heard(queue.get())
-                for future in finished:
-                    runs[futures[future]] = future.result()
+                for result in results:
+                    if result.ready() and not result.successful():
+                        result.get()  # the first failure raises here, and stops the other workers
+            runs = [result.get() for result in results]
+            pool.close()
         except BaseException:
-            for future in pending:
-                future.cancel()
+            pool.terminate()
             raise
+        finally:
+            pool.join()
         while not queue.empty():
             heard(queue.get())
     return runs

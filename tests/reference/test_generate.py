@@ -2,6 +2,12 @@
 checked before they are trusted, and the command refusing what it cannot sample in one line."""
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,3 +206,64 @@ def test_a_finished_generation_extends_to_more_samples_bitwise(tmp_path, vectori
     with pytest.raises(DamagedFile, match="more than") as error:
         generation.generate(task, short, progress=False, checkpoints=tmp_path)
     assert "\n" not in str(error.value)
+
+
+_GENERATE_IN_WORKERS = """
+import sys
+from reference import settings
+from reference.settings import HMCSettings
+from bench.cli import main
+# toy-gap chain by chain in two workers, its chains far longer than the test waits
+settings.REFERENCE_SETTINGS["toy-gap"] = HMCSettings(n_chains=2, n_burnin=2, n_samples=10**7, vectorise=False)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent_of(p) == pid]
+
+
+def _parent_of(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads worker processes from /proc")
+@pytest.mark.parametrize("to_group", [True, False], ids=["Ctrl-C to the process group", "SIGINT to the parent only"])
+def test_an_interrupt_stops_every_worker_at_once_and_keeps_the_checkpoints(tmp_path, to_group):
+    """Workers busy sampling are stopped by the parent, not awaited (their chains would run for hours); the
+    command ends with one line and exit 130, and the chains' checkpoints stay for the next run to resume."""
+    checkpoints = tmp_path / "ck"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _GENERATE_IN_WORKERS, "reference", "generate", "--task", "toy-gap", "--out",
+         str(tmp_path / "out"), "--checkpoints", str(checkpoints), "--workers", "2", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL), os.setpgrp()))
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(checkpoints.glob("toy-gap/chains-*.pt"))) < 2:  # both workers past burn-in, sampling
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        workers = [pid for child in _children(process.pid) for pid in [child, *_children(child)]]
+        if to_group:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130 and len(err.strip().splitlines()) == 1, err
+    assert "run the same command again" in err and str(checkpoints / "toy-gap") in err
+    assert len(list(checkpoints.glob("toy-gap/chains-*.pt"))) == 2
+    time.sleep(0.5)
+    assert not [pid for pid in workers if _alive(pid)]
