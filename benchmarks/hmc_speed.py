@@ -77,6 +77,13 @@ class Theirs:
     what ``MCMC(progress_bar=False)`` runs), chains ``vmap``-ped as ``chain_method="vectorized"`` does."""
 
     def __init__(self, task, dtype: str, chains: int, steps: int, eps: float, iterations: int):
+        # Under x64 NumPyro draws float64 momenta and would promote a float32 position: each measurement runs with
+        # JAX's x64 set to the dtype measured, so that float32 means float32 throughout, as on our side.
+        self.x64 = dtype == "float64"
+        with jax.enable_x64(self.x64):
+            self._build(task, dtype, chains, steps, eps, iterations)
+
+    def _build(self, task, dtype: str, chains: int, steps: int, eps: float, iterations: int) -> None:
         jdtype = jnp.float64 if dtype == "float64" else jnp.float32
         log_likelihood, layout = jax_models.log_likelihood_fn(task, jdtype)
         variance = task.prior_variance
@@ -93,7 +100,8 @@ class Theirs:
         self.run = jax.jit(jax.vmap(loop))
 
     def __call__(self, iterations: int) -> None:
-        self.states = jax.block_until_ready(self.run(self.states))
+        with jax.enable_x64(self.x64):
+            self.states = jax.block_until_ready(self.run(self.states))
 
 
 def timed(run, iterations: int) -> float:

@@ -43,6 +43,7 @@ The core is functional: :func:`init` builds an :class:`HMCState`, :func:`step` a
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -211,7 +212,17 @@ def _compiled_leapfrog_step(target: Target) -> Callable:
         return (torch.where(active, new_position, position), torch.where(active, new_momentum, momentum),
                 torch.where(active, new_grad, grad), log_lik)
 
-    return torch.compile(leapfrog_step, dynamic=False, fullgraph=True)
+    return torch.compile(_with_its_own_code(leapfrog_step), dynamic=False, fullgraph=True)
+
+
+def _with_its_own_code(function: Callable) -> Callable:
+    """A copy of ``function`` with a code object of its own. ``torch.compile`` keeps compiled graphs, and counts
+    recompilations against its limit (8), per code object: every integrator's leapfrog step would share one count, and
+    a process that samples more than 8 models, dtypes or chain counts (a sweep, a notebook, a benchmark) would fail
+    on the ninth. A copy per integrator keeps each one's graphs, and its count, to itself."""
+    code = function.__code__.replace()  # a new, equal code object
+    return types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__,
+                              function.__closure__)
 
 
 class Integrator:

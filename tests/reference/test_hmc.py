@@ -183,6 +183,20 @@ def test_every_integrator_computes_the_eager_vectorised_trajectories(vectorise, 
         torch.testing.assert_close(end, reference, atol=1e-12, rtol=1e-12)
 
 
+def test_compiled_integrators_of_other_models_do_not_share_a_recompilation_limit(monkeypatch):
+    """One process may sample many models (a sweep, a notebook): with torch.compile's limit lowered to one graph,
+    integrators for targets of other sizes each still compile their own (sharing one count failed the second)."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    for dim in (2, 4):
+        target = hmc.Target(lambda theta: -theta.square().sum(-1), 1.0)
+        inputs = _trajectory_inputs(target, dim=dim)
+        ends = hmc.Integrator(target, vectorise=True, compiled=True)(*inputs)
+        for end, reference in zip(ends, hmc.leapfrog(*inputs, target)):
+            torch.testing.assert_close(end, reference, atol=1e-12, rtol=1e-12)
+
+
 def test_an_integrator_counts_the_gradients_it_computes():
     n_steps = torch.tensor([30, 11, 21])
     target, _, _ = linear_regression()
