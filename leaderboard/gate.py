@@ -265,8 +265,9 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
         *[part for method, epochs in budgets.items() for part in ("--budget", _qualified(method, "=", f"{epochs:g}"))],
         *[part for method, values in settings.items() for key, value in values.items()
           for part in ("--set", _qualified(method, ".", f"{key}={value}"))]])
-    wall_seconds = time.perf_counter() - started
-    commands = [command]
+    seconds = time.perf_counter() - started
+    commands, command_seconds = [command], [round(seconds, 1)]
+    wall_seconds = seconds
     names = list(loaded)
     if earlier is not None:
         configuration = earlier["configuration"]
@@ -280,11 +281,22 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
         budget_of = {**configuration["budgets"], **budget_of}
         settings_of = {**configuration.get("settings", {}), **settings_of}
         sources = {**configuration.get("sources", {}), **sources}
-        commands = [*earlier.get("commands", [earlier.get("command")]), command]  # "command": files before merging
-        wall_seconds += earlier["wall_seconds"]
+        # The same command again re-measures exactly what it measured before: it replaces its earlier entry and time
+        # (a baseline without "command_seconds" can only add its total; "command": files before merging).
+        earlier_commands = earlier.get("commands", [earlier.get("command")])
+        earlier_seconds = earlier.get("command_seconds")
+        if earlier_seconds is None:
+            wall_seconds += earlier["wall_seconds"]
+            kept = [(c, None) for c in earlier_commands]
+        else:
+            kept = [(c, s) for c, s in zip(earlier_commands, earlier_seconds) if c != command]
+            wall_seconds += sum(s for _, s in kept)
+        commands = [*(c for c, _ in kept), command]
+        command_seconds = None if earlier_seconds is None else [*(s for _, s in kept), round(seconds, 1)]
     baseline = {
         "format": BASELINE_FORMAT,
         "commands": commands,
+        **({} if command_seconds is None else {"command_seconds": command_seconds}),
         "configuration": {"methods": names, "tasks": tasks, "seeds": list(range(n_seeds)), "budgets": budget_of,
                           "settings": settings_of, "sources": sources, "device": "cpu",
                           "method_settings": "each method's defaults for the task, then its settings"},

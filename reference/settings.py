@@ -48,8 +48,9 @@ REFERENCE_SETTINGS: dict[str, HMCSettings] = {
     # way on both models; trajectory lengths jittered by +-20%.
     "digits-cnn": HMCSettings(n_chains=8, n_burnin=100, n_samples=300, dtype="float32", jitter=0.2,
                               vectorise=False, compiled=True),
-    # 300 samples left the worst split R-hat at 1.06 (20 of 14,400 predictive probabilities above 1.05, all of
-    # them below 0.001); the chains were extended to 600 (`reference generate` continues finished chains).
+    # In a first generation, 300 samples left the worst split R-hat at 1.06 (20 of 14,400 predictive probabilities
+    # above 1.05, all of them below 0.001); the chains were extended to 600 (`reference generate` continues
+    # finished chains).
     "digits-lstm": HMCSettings(n_chains=8, n_burnin=100, n_samples=600, dtype="float32", jitter=0.2,
                                vectorise=False, compiled=True),
 }

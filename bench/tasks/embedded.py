@@ -185,7 +185,8 @@ def digits_cnn() -> Task:
     parameters) needed a step size of about 7e-4, about 700 leapfrog steps per trajectory at about 19 ms
     each: a reference would take days on 2 CPU cores. Without FRN, the same network took 2.1e-3 (240 steps);
     striding instead of pooling quarters the activations and brings the step to about 5.7e-3 (90 steps of
-    about 8 ms), so a reference takes under an hour. FilterResponseNorm is therefore left out.
+    about 8 ms), so a reference takes under an hour (its reference: 11 minutes on 2 cores). FilterResponseNorm is
+    therefore left out.
     """
     channels = DIGITS_CNN["channels"]
     return _digits_task(
@@ -222,7 +223,7 @@ def digits_lstm() -> Task:
     as a sequence of its rows.
 
     Why this size (measured as for ``digits-cnn``): full-batch HMC takes a step of about 2.2e-3, about 225
-    leapfrog steps per trajectory, of 4-8 ms each (its reference: 55 minutes on 2 cores); a tighter prior (1/40, IMDB's) did not lengthen the step and
+    leapfrog steps per trajectory, of 4-8 ms each (its reference: 28 minutes on 2 cores); a tighter prior (1/40, IMDB's) did not lengthen the step and
     fitted the data far worse (log-likelihood about -800 against -270), so the prior stays the digits tasks'.
     """
     s = DIGITS_LSTM

@@ -160,6 +160,9 @@ def test_a_partial_update_extends_the_baseline_and_refuses_to_mix_seeds_or_envir
 
     code, _, err = run_cli(*first[:-2], "--methods", "sgd", "--task", "toy-gap")  # 2 seeds still
     assert code == 0, err
+    content = json.loads(path.read_text())  # the same command again replaces its entry and its time
+    assert [c.split("--methods ")[1].split()[0] for c in content["commands"]] == ["de", "sgd"]
+    assert content["wall_seconds"] == pytest.approx(sum(content["command_seconds"]), abs=0.2)
     code, _, err = run_cli("check", "--update", "--baseline", path, "--seeds", "3", "--methods", "sgd", "--task",
                            "toy-gap")
     assert code == 2 and "2 seeds" in err and len(err.strip().splitlines()) == 1
