@@ -96,7 +96,7 @@ class StackedModel:
         other round-off."""
         params = self.layout.unflatten(flat_params)
         if flat_params.shape[0] == 1 and self.mlp_layers is None:
-            return functional_call(self.base, {name: p[0] for name, p in params.items()}, (x,)).unsqueeze(0)
+            return self._single({name: p[0] for name, p in params.items()}, x).unsqueeze(0)
         return self(params, x, shared_input=True)
 
 
