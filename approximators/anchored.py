@@ -5,7 +5,7 @@ initialisation and minimises the anchored loss
 
     -(log p(D | theta_k) + log N(theta_k; a_k, v I)),
 
-with the likelihood at full-data scale, for ``epochs`` epochs (E = 100 in the authors'
+with the likelihood at full-data scale, for ``epochs`` epochs (E = 100 in the SAE authors'
 configurations). A budget B gives floor(B / E) members. With a_k = 0 this is the deep ensemble of
 MAP networks that ``de`` trains; both use :func:`approximators.training.train_members`.
 
@@ -14,7 +14,8 @@ decay from ``lr`` to ``min_lr`` within each training call and fresh optimiser st
 random 90/10 split of the training set (``validation_fraction``), each member keeping its
 best-validation weights. Metering: an epoch reads the 90% once for training and the 10% once for
 validation, so it is charged exactly one epoch. The likelihood is scaled by the full N_train (the
-task's posterior), not by the 90% the gradient steps see.
+task's posterior), not by the 90% the gradient steps see; **deviation**: the SAE authors' code scales it by the
+90% (``train_set_size`` after the split).
 
 Per-task settings: the competition tasks use the authors' tuned values. For the embedded tasks the
 first member's settings were tuned like the authors' ones, by a seeded random search

@@ -265,11 +265,23 @@ def settings_bounds(config_class: type) -> dict[str, Interval]:
     return bounds
 
 
+def settings_choices(config_class: type) -> dict[str, tuple[str, ...]]:
+    """Every string setting's allowed values: the ``CHOICES`` of the config class and of its bases (a string
+    setting without declared choices, such as MC dropout's layer names, is free text checked by its method)."""
+    choices: dict[str, tuple[str, ...]] = {}
+    for cls in reversed(config_class.__mro__):
+        choices.update(vars(cls).get("CHOICES", {}))
+    return choices
+
+
 def check_settings(method: str, config) -> None:
-    """One line naming the first numeric setting outside its declared interval (before any work is done)."""
-    bounds = settings_bounds(type(config))
+    """One line naming the first numeric setting outside its declared interval, or the first string setting
+    outside its declared choices (before any work is done)."""
+    bounds, choices = settings_bounds(type(config)), settings_choices(type(config))
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
+        if field.name in choices and value not in choices[field.name]:
+            raise ConfigError(f"{method}: {field.name} must be one of {', '.join(choices[field.name])}, got {value!r}")
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         # A user's method may leave a setting undeclared: it must still be a finite number.

@@ -119,7 +119,8 @@ def run(
     on_epoch: Callable[[Any, int], None] | None = None,
 ) -> Any:
     """Trains K members ``params`` ``(K, D)`` for ``epochs`` epochs each over ``rows`` (all training
-    rows by default), charging ``K * epochs * len(rows)`` examples; returns the rule's final state.
+    rows by default), charging ``K * epochs * len(rows)`` examples, times the rule's ``passes_per_batch`` (1 unless
+    it declares more); returns the rule's final state.
 
     ``seeds`` (K of them) fix each member's minibatch order. The last minibatch of an epoch is
     short when ``batch_size`` does not divide ``len(rows)``.
@@ -130,13 +131,15 @@ def run(
     rows = torch.arange(data.n_train) if rows is None else rows
     state = rule.init(params.detach().clone().to(data.device).requires_grad_(True))
     shufflers = [torch.Generator().manual_seed(s) for s in seeds]
-    # A rule that differentiates elsewhere than at its parameters (VOGN: at a draw from q) says so.
+    # A rule that differentiates elsewhere than at its parameters (VOGN: at draws from q) says so, and how
+    # many times its gradient runs each minibatch through the network (charged that many times).
     gradient = getattr(rule, "gradient", None)
+    passes = getattr(rule, "passes_per_batch", 1)
     step = 0
     for epoch in range(epochs):
         order = rows[torch.stack([member_order(len(rows), g) for g in shufflers])]
         for start in range(0, len(rows), batch_size):
-            x, y = data.batch(order[:, start:start + batch_size])
+            x, y = data.batch(order[:, start:start + batch_size], passes=passes)
             grads = objective.gradient(state.params, x, y) if gradient is None else gradient(objective, state, x, y)
             state = rule.update(state, grads, step)
             if on_step is not None:

@@ -42,7 +42,7 @@ import torch
 from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveAccumulator, Problem,
                                 member_generators, next_seed)
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
+from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel, seeded_module
 from reference import hmc
 
@@ -124,6 +124,9 @@ class BudgetedHMC(Approximator):
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config
         meter = data.meter
+        if c.leapfrog_steps and c.trajectory_length:
+            raise ConfigError(f"hmc: trajectory_length sets the trajectory only with leapfrog_steps=0 (got "
+                              f"leapfrog_steps={c.leapfrog_steps}); set one of the two")
         if meter.epochs_left < 2 * c.chains:
             raise BudgetExhausted(f"hmc: a budget of {meter.budget_epochs:g} epochs leaves {c.chains} chain(s) no "
                                   f"leapfrog step after their initial gradients (at least {2 * c.chains} epochs)")

@@ -26,7 +26,9 @@ products of the "pseudo-gradients" J_i^T L_i[:, c], one per output c.
 ``predictive``: ``sampling`` (default), the model average of the network at ``samples`` (30) draws
 theta* + Delta; or ``glm``, the linearised network f(x; theta*) + J(x) Delta (Immer et al. 2021;
 a Jacobian-vector product per draw), averaged the same way. The network is linear in its last
-layer, so for the last-layer structures both are the same predictive.
+layer, so for the last-layer structures both are the same predictive. **Deviation** from laplace-torch,
+whose default predictive is the linearised network with the closed-form probit approximation of its softmax
+(``pred_type='glm'``, ``link_approx='probit'``): both predictives here are Monte Carlo averages.
 
 Budget rule: floor(B) - 1 epochs of MAP (``sgd``'s training and per-task settings), then one
 curvature epoch that reads every training row once, in minibatches through the meter: floor(B) in
@@ -72,6 +74,8 @@ class LaplaceConfig(AdamConfig):
 
     BOUNDS: ClassVar[dict[str, str]] = {"samples": "[1, inf)"}
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"structure": STRUCTURES, "predictive": PREDICTIVES}
+    """Each string setting's values (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 LAPLACE_DEFAULTS = {task: dict(settings) for task, settings in MAP_DEFAULTS.items()}
@@ -280,10 +284,6 @@ class Laplace(Approximator):
     def plan(self, budget: float) -> int:
         """MAP epochs, or a one-line error."""
         c = self.config
-        if c.structure not in STRUCTURES:
-            raise ConfigError(f"laplace: structure must be one of {', '.join(STRUCTURES)}, got {c.structure!r}")
-        if c.predictive not in PREDICTIVES:
-            raise ConfigError(f"laplace: predictive must be one of {', '.join(PREDICTIVES)}, got {c.predictive!r}")
         check_schedule(self.name, c.lr, c.min_lr)
         map_epochs = math.floor(budget + 1e-9) - 1
         if map_epochs < 1:
@@ -329,7 +329,8 @@ class Laplace(Approximator):
 
 def linearised_outputs(problem: Problem, model: StackedModel, theta: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """f(x; theta*) + J(x) Delta on the test inputs, ``(K, N_test, O)`` float64 on the CPU, for K deviations
-    ``delta`` ``(K, D)`` (one Jacobian-vector product per chunk of test rows; K test passes charged)."""
+    ``delta`` ``(K, D)`` (one Jacobian-vector product per chunk of test rows, which takes each row through the
+    network twice, for the primal and the tangent: 2K test passes reported)."""
     x = problem.x_test
     k = delta.shape[0]
     primal = theta.detach().expand(k, -1)
@@ -338,5 +339,5 @@ def linearised_outputs(problem: Problem, model: StackedModel, theta: torch.Tenso
         for i in range(0, x.shape[0], EVAL_CHUNK):
             outputs, tangent = jvp(lambda p: model.flat(p, x[i:i + EVAL_CHUNK]), (primal,), (delta,))
             chunks.append(outputs + tangent)
-    problem.meter.record_test_pass(k * x.shape[0], x.shape[0])
+    problem.meter.record_test_pass(2 * k * x.shape[0], x.shape[0])
     return torch.cat(chunks, dim=1).double().cpu()

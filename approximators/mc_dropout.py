@@ -1,7 +1,8 @@
 r"""Monte Carlo dropout (Gal & Ghahramani 2016): ``mc-dropout``.
 
 The task's network with dropout inserted, trained as MAP under the task's prior, and predicted with
-dropout still active: the model average of ``samples`` (30) stochastic forward passes,
+dropout still active: the model average of ``samples`` (30; Gal's UCI code averages T = 10000,
+``net/net.py`` of yaringal/DropoutUncertaintyExps) stochastic forward passes,
 
     p(y | x, D) ~ (1/S) sum_s p(y | x, theta*, z_s),   z_s ~ Bernoulli(1 - p) per unit,
 
@@ -26,7 +27,8 @@ per task, in :data:`SITES` and :data:`RATES`:
   Bayesian CNN) nor inside the LSTM (their variational RNN dropout).
 
 Rates on the embedded tasks: ``python benchmarks/tune_trajectory.py mc-dropout`` (held-out NLL
-over Gal & Ghahramani's UCI grid 0.005-0.1 and 0.2-0.5, never the reference); on the competition
+over 0.005-0.1, the grid of Gal's UCI experiments (``dropout_rates.txt`` of yaringal/DropoutUncertaintyExps),
+extended by us with 0.2-0.5; never the reference); on the competition
 tasks an untuned 0.1.
 Deviation: the paper scales the weight decay with the keep probability and a prior length-scale;
 here the prior is the task's, unchanged, so that the method targets the task's prior.

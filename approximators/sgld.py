@@ -39,7 +39,7 @@ from approximators.base import (Approximator, Footprint, PredictiveAccumulator, 
 from approximators.training import Members
 from approximators.updates import SGLD
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import BudgetExhausted
 
 SCHEDULES = ("polynomial", "constant")
 
@@ -65,6 +65,8 @@ class SGLDConfig:
         "thin": "[1, inf)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"schedule": SCHEDULES}
+    """Each string setting's values (checked before any work: :func:`approximators.base.check_settings`)."""
 
 
 SGLD_DEFAULTS = {
@@ -101,8 +103,6 @@ class StochasticGradientLangevin(Approximator):
     def plan(self, budget: float) -> tuple[int, int, int]:
         """(epochs per chain, burn-in epochs, samples per chain) or a one-line error."""
         c = self.config
-        if c.schedule not in SCHEDULES:
-            raise ConfigError(f"sgld: schedule must be one of {', '.join(SCHEDULES)}, got {c.schedule!r}")
         epochs = math.floor(budget / c.chains + 1e-9)
         burn_in = round(c.burn_in * epochs)
         samples = (epochs - burn_in) // c.thin

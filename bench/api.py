@@ -27,7 +27,9 @@ A method is a subclass of :class:`Approximator` with
 
   ``data`` (:class:`MeteredData`): the training set, the only way to read it. ``data.batch(indices)``
   with integer ``indices`` of any shape ``(*I)`` returns inputs ``(*I, *input_shape)`` and targets
-  ``(*I)``, charged ``indices.numel()`` examples; ``data.shared_batch(indices, copies)`` charges
+  ``(*I)``, charged ``indices.numel()`` examples (``passes`` times with ``data.batch(indices, passes)``, for
+  rows that go through the network several times, once per Monte Carlo draw of the weights, say);
+  ``data.shared_batch(indices, copies)`` charges
   ``copies`` times for rows used by several stacked networks; ``data.full()`` is one epoch. A read that
   would pass the budget raises :class:`BudgetExhausted` and returns nothing. ``data.meter.epochs_left``
   says what remains.

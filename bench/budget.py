@@ -181,11 +181,13 @@ class MeteredData:
             raise MeterMisuse("training rows are read by a tensor of integer indices")
         return indices.to(self._x.device)
 
-    def batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, indices: torch.Tensor, passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows ``indices`` (any shape, e.g. ``(K, B)`` for K members) -> inputs ``(*indices.shape, ...)``,
-        targets ``indices.shape``; charged ``indices.numel()`` examples."""
+        targets ``indices.shape``; charged ``passes * indices.numel()`` examples, ``passes`` >= 1 being the
+        times each row goes through the network (e.g. once per Monte Carlo draw of the weights)."""
+        passes = _count(passes, "passes", 1)
         indices = self._rows(indices)
-        self._meter.charge(indices.numel())
+        self._meter.charge(passes * indices.numel())
         return self._x[indices], self._y[indices]
 
     def shared_batch(self, indices: torch.Tensor, copies: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,81 +1,148 @@
-"""The honesty probe: counts the training rows that pass through a method's network, independently of the meter.
+"""The honesty probe: counts the rows a method's network computes on, independently of the meter.
 
-The meter counts what a method *asks for*; the probe counts what the network *computes on*. It
-runs the method's real ``fit`` on a copy of a task whose inputs carry one extra trailing column, a
-mark that is 0 on every training row and 1 on every test row, and whose network is the task's own
-wrapped in :class:`RowCounter`: the wrapper strips the mark, runs the network, and counts the rows
-of its output by mark. Under ``torch.func`` transforms (``vmap`` over members or examples, ``grad``)
-the output is unwrapped to its physical tensor, so a row evaluated by K stacked members counts K
-times, as the meter charges it.
+The meter counts what a method *asks for*; the probe counts what the network *computes on*, at the one
+level every code path passes through: PyTorch's dispatcher. It runs the method's real ``fit`` on the
+task's own network and data (so every fast path a real run takes, batched member matmuls, the recorded
+per-example forward, local reparameterisation, compiled or vectorised chains, is the one probed), under a
+``TorchDispatchMode`` that sees every tensor operation after ``vmap``/``grad`` have turned it into a
+physical one (a row evaluated by K stacked members counts K times, as the meter charges it; functions a
+method compiles run eagerly, the same operations, since the dispatcher cannot see into a compiled graph):
+
+- **provenance**: tensors that hold rows of the training inputs or of the test inputs (the originals, their
+  views, and the outputs of operations that only move or copy rows: indexing, ``clone``, ``cat``,
+  padding, dtype casts, ...) are tracked by the memory they occupy, each labelled train or test;
+- **rows**: an operation that multiplies such rows by weights, a matrix product with the rows as its left
+  operand contracted over their features (``mm``, ``addmm``, ``bmm``, ``baddbmm``: linear layers however
+  they are batched) or a convolution over them, counts its rows. Products that contract *over* rows
+  (a weight's gradient, per-example outer products) and arithmetic on the rows (``x**2`` in local
+  reparameterisation) are not network passes and do not count.
 
 An honest method then satisfies ``training rows through the network == epochs_used x N_train`` (a
-validation pass over held-out training rows included) and ``test rows == test_passes x N_test``.
-A method that reads a batch once and trains K members on it, takes two gradient steps per read, or
-under-reports its test evaluations fails the probe. The probe applies to every method the harness
-knows (``tests/bench/test_honesty.py``); ``benchmarks/honesty_table.py`` prints the table.
+validation pass over held-out training rows included) and ``test rows == test_passes x N_test``, with
+no rows of mixed origin. A method that reads a batch once and trains K members on it, takes two
+gradient steps per read, evaluates K Monte Carlo draws per read, or under-reports its test evaluations
+fails the probe (``tests/bench/test_honesty.py``, which also probes every method over a grid of its
+settings); ``benchmarks/honesty_table.py`` prints the table.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
-import torch._C._functorch as functorch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from approximators import get_method, resolve_config
+from approximators.base import settings_bounds, settings_choices
+from bench.errors import BudgetExhausted, ConfigError
 from bench.runner import execute, metered
 from bench.tasks import get_task
 
-TRAIN_MARK, TEST_MARK = 0.0, 1.0
+aten = torch.ops.aten
+
+ROW_MOVES = {
+    aten.index.Tensor, aten.index_select.default, aten.gather.default, aten.take.default, aten.clone.default,
+    aten._to_copy.default, aten.copy_.default, aten.cat.default, aten.stack.default, aten.constant_pad_nd.default,
+    aten._unsafe_view.default, aten.repeat.default, aten.expand_copy.default, aten.narrow_copy.default,
+    aten.unsqueeze_copy.default, aten.permute_copy.default, aten.view_copy.default, aten.masked_select.default,
+}
+"""Operations whose output holds (copies of) their input rows and nothing computed from them."""
+
+ROW_SCALINGS = {aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar, aten.native_dropout.default}
+"""Operations that scale rows by something else (a dropout mask, a constant): the scaled rows are still
+the inputs' rows. ``x * x`` (two operands of the rows) is arithmetic on them, not rows."""
+
+# A matrix product's operand holding the rows: its position among the arguments.
+MATRIX_PRODUCTS = {aten.mm.default: 0, aten.bmm.default: 0, aten.addmm.default: 1, aten.baddbmm.default: 1}
 
 
-class Tally:
-    """Rows counted by mark; shared (never copied) by every copy of the probed network."""
-
-    def __init__(self):
-        self.train_rows = 0
-        self.test_rows = 0
-        self.unmarked_rows = 0
-
-    def __deepcopy__(self, memo):  # StackedModel deep-copies its module: the copy must count into the same tally
-        return self
-
-    def add(self, marks: torch.Tensor) -> None:
-        self.train_rows += int((marks == TRAIN_MARK).sum())
-        self.test_rows += int((marks == TEST_MARK).sum())
-        self.unmarked_rows += int(((marks != TRAIN_MARK) & (marks != TEST_MARK)).sum())
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses ``[start, end)`` of the elements a tensor can reach."""
+    start = t.data_ptr()
+    reach = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+    return start, start + (reach + 1) * t.element_size()
 
 
-def physical(t: torch.Tensor) -> torch.Tensor:
-    """The plain tensor under every ``vmap`` / ``grad`` wrapper: its shape holds every batch dimension."""
-    while functorch.is_batchedtensor(t) or functorch.is_functorch_wrapped_tensor(t):
-        t = functorch.get_unwrapped(t)
-    return t
+class RowTally(TorchDispatchMode):
+    """Counts rows of the training and test inputs entering a matrix product or convolution.
 
+    ``row_width``: the size of an input row's last axis (the features a linear first layer contracts);
+    ``filters``: the output channels of the network's first convolution, if it has one.
+    """
 
-class RowCounter(nn.Module):
-    """The task's network on inputs with a trailing mark column; counts its output rows into ``tally``."""
-
-    def __init__(self, inner: nn.Module, tally: Tally):
+    def __init__(self, x_train: torch.Tensor, x_test: torch.Tensor, row_width: int, filters: int | None):
         super().__init__()
-        self.inner = inner
-        self.tally = tally
+        self.row_width, self.filters = row_width, filters
+        self.regions: dict[int, list[tuple[int, int, str]]] = {}  # by storage: the spans of rows in it
+        self.kept: list[torch.Tensor] = []  # alive until the probe ends, so that no address is reused
+        self.train_rows = self.test_rows = self.mixed_rows = 0
+        self._track(x_train, "train")
+        self._track(x_test, "test")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.inner(x[..., :-1])
-        marks = x.detach().flatten(1)[:, -1]
-        # Broadcast each row's mark to the output's batch structure (members, examples) without arithmetic
-        # on the output, so NaN outputs still count.
-        per_output_row = marks + torch.zeros_like(out.detach().flatten(1)[:, 0])
-        self.tally.add(physical(per_output_row))
+    def _track(self, t: torch.Tensor, origin: str) -> None:
+        if t.numel():
+            start, end = _span(t)
+            self.regions.setdefault(t.untyped_storage().data_ptr(), []).append((start, end, origin))
+            self.kept.append(t)
+
+    def origin(self, t) -> str | None:
+        """'train', 'test', 'mixed' or None for a tensor that holds none of the inputs' rows."""
+        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.device.type == "meta":
+            return None
+        spans = self.regions.get(t.untyped_storage().data_ptr())
+        if spans is None:
+            return None
+        start, end = _span(t)
+        found = {origin for first, last, origin in spans if first < end and start < last}
+        return None if not found else found.pop() if len(found) == 1 else "mixed"
+
+    def _count(self, origin: str | None, rows: int) -> None:
+        if origin == "train":
+            self.train_rows += rows
+        elif origin == "test":
+            self.test_rows += rows
+        elif origin == "mixed":
+            self.mixed_rows += rows
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in MATRIX_PRODUCTS:
+            rows = args[MATRIX_PRODUCTS[func]]
+            # Contracted over features: a row's features are its last axis, contiguous (a transposed
+            # operand contracts over rows, as a weight's gradient does).
+            if rows.shape[-1] == self.row_width and (rows.stride(-1) == 1 or self.row_width == 1):
+                self._count(self.origin(rows), rows.numel() // self.row_width)
+        elif func is aten.convolution.default:
+            rows, weight = args[0], args[1]
+            origin = self.origin(rows)
+            if origin is not None:
+                # K members' filters stacked along the output channels (a shared input, or per-member
+                # inputs as channel groups) make K rows of each input row: (N, ...) with (K x filters, ...)
+                # weights is N x K rows, as is a (K x N, ...) input with one member's weights.
+                self._count(origin, rows.shape[0] * weight.shape[0] // self.filters)
+        elif func in ROW_MOVES or func in ROW_SCALINGS:
+            origins = [self.origin(a) for a in tree_flatten((args, kwargs))[0]]
+            sources = set(origins) - {None}
+            if func in ROW_SCALINGS and (len(origins) - origins.count(None) != 1 or origins[0] is None):
+                sources = set()  # only the first operand may hold rows, the scale none
+            if sources:
+                origin = sources.pop() if len(sources) == 1 else "mixed"
+                target = args[0] if func is aten.copy_.default else out
+                for t in tree_flatten(target)[0]:
+                    if isinstance(t, torch.Tensor):
+                        self._track(t, origin)
         return out
 
 
-def marked(x: torch.Tensor, mark: float) -> torch.Tensor:
-    """``x`` ``(N, ..., W)`` with a column of ``mark`` appended along the last axis: ``(N, ..., W + 1)``."""
-    return torch.cat([x, torch.full((*x.shape[:-1], 1), mark, dtype=x.dtype)], dim=-1)
+def _eagerly(function=None, **options):
+    """``torch.compile``'s signature, compiling nothing."""
+    return function if function is not None else (lambda f: f)
 
 
 @dataclass(frozen=True)
@@ -90,32 +157,96 @@ class ProbeResult:
     test_passes: float
     train_rows: int
     test_rows: int
-    unmarked_rows: int
+    mixed_rows: int
+    overrides: tuple[tuple[str, str], ...] = ()
 
     @property
     def honest(self) -> bool:
-        return (self.train_rows == self.examples_charged and self.unmarked_rows == 0
+        return (self.train_rows == self.examples_charged and self.mixed_rows == 0
                 and self.test_rows == round(self.test_passes * self.n_test))
 
 
 def probe(method_name: str, task_name: str, budget: float | None = None, seed: int = 0,
           overrides: dict[str, str] | None = None, train_rows: int | None = None) -> ProbeResult:
-    """Runs ``method_name`` on a marked copy of ``task_name`` (default budget: the method's
-    ``check_budget``; ``train_rows``: only the first rows of the training set, to probe quickly)
-    and returns what the network computed on next to what the meter charged."""
+    """Runs ``method_name`` on ``task_name`` (default budget: the method's ``check_budget``;
+    ``train_rows``: only the first rows of the training set, to probe quickly) with its settings and
+    ``overrides``, and returns what the network computed on next to what the meter charged."""
     task = get_task(task_name)
     method = get_method(method_name)
     budget = method.check_budget if budget is None else budget
-    tally = Tally()
-    rows = slice(train_rows)
-    probed = dataclasses.replace(
-        task, x_train=marked(task.x_train[rows], TRAIN_MARK), y_train=task.y_train[rows],
-        x_test=marked(task.x_test, TEST_MARK), model_factory=lambda: RowCounter(task.model_factory(), tally))
-    problem, data = metered(probed, budget)
+    if train_rows is not None:
+        task = dataclasses.replace(task, x_train=task.x_train[:train_rows], y_train=task.y_train[:train_rows])
+    problem, data = metered(task, budget)
     config = resolve_config(method, task.name, overrides)
-    if hasattr(config, "sites"):  # layers named in a setting (MC dropout's) sit under the wrapper
-        config = dataclasses.replace(config, sites=",".join(f"inner.{site}" for site in config.sites.split(",")))
-    execute(method, config, problem, data, seed)
+    convolutions = [m for m in problem.model_factory().modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    tally = RowTally(task.x_train, problem.x_test, row_width=task.x_train.shape[-1],
+                     filters=convolutions[0].out_channels if convolutions else None)
+    # The dispatcher cannot see inside a compiled graph: functions a method compiles (HMC's ``compiled``) run as
+    # the same Python eagerly, operation by operation, under the probe.
+    with mock.patch.object(torch, "compile", _eagerly), tally:
+        execute(method, config, problem, data, seed)
     meter = data.meter
-    return ProbeResult(method.name, task.name, budget, probed.n_train, task.n_test, meter.epochs_used, meter.examples,
-                       meter.test_passes, tally.train_rows, tally.test_rows, tally.unmarked_rows)
+    return ProbeResult(method.name, task.name, budget, task.n_train, task.n_test, meter.epochs_used, meter.examples,
+                       meter.test_passes, tally.train_rows, tally.test_rows, tally.mixed_rows,
+                       tuple(sorted((overrides or {}).items())))
+
+
+COMPANIONS = {("hmc", "trajectory_length"): {"leapfrog_steps": "0"}}
+"""Settings that act only together with another: alone they are refused in one line, so the grid moves both."""
+
+
+def _other_values(method_name: str, task_name: str, name: str, kind, value, interval, choices) -> list:
+    """Values of one setting other than ``value``: every other choice of a string, the other value of a flag; for
+    a count 3 (5 where it is 3; for a batch size 2B + 1, which seldom divides the rows) and 0 where 0 means the
+    method's own choice; for a real number one inside its interval."""
+    if kind is bool:
+        return [not value]
+    if kind is str:
+        if choices is not None:
+            return [choice for choice in choices if choice != value]
+        # Free text naming the network's layers (MC dropout's sites): every layer with weights, the first included.
+        layers = [n for n, m in get_task(task_name).model_factory().named_modules()
+                  if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))]
+        return [",".join(layers)]
+    if kind is int:
+        if name == "batch_size":
+            return [2 * value + 1]
+        return sorted(v for v in {5 if value == 3 else 3} | ({0} if 0 in interval else set()) if v != value)
+    low, high = (float(end) for end in interval.text[1:-1].split(","))
+    if high == float("inf"):
+        return [value / 2 if value > 0 else 0.05]
+    middle = (low + high) / 2
+    return [middle if middle != value else (low + 3 * high) / 4]
+
+
+def setting_grid(method_name: str, task_name: str) -> list[dict[str, str]]:
+    """Settings away from ``task_name``'s defaults, as ``--set`` overrides: each count, flag and choice of the
+    method alone (these choose code paths and schedules), then every real-valued setting at once (rates,
+    fractions, scales); a setting in :data:`COMPANIONS` with its companion."""
+    method = get_method(method_name)
+    config = resolve_config(method, task_name)
+    hints, bounds, choices = (typing.get_type_hints(method.Config), settings_bounds(method.Config),
+                              settings_choices(method.Config))
+    grid, reals = [], {}
+    for field in dataclasses.fields(config):
+        kind = hints[field.name]
+        for other in _other_values(method.name, task_name, field.name, kind, getattr(config, field.name),
+                                   bounds.get(field.name), choices.get(field.name)):
+            overrides = {field.name: str(other).lower() if isinstance(other, bool) else str(other),
+                         **COMPANIONS.get((method.name, field.name), {})}
+            (reals.update if kind is float else grid.append)(overrides)
+    return grid + ([reals] if reals else [])
+
+
+def probe_at_a_budget_it_fits(method_name: str, task_name: str, overrides: dict[str, str],
+                              train_rows: int | None = None) -> ProbeResult:
+    """:func:`probe` at the method's check budget, or at 4 or 20 times it where a setting needs more (more
+    chains, more cycles, HMC's longest trajectories: refused in one line at a smaller budget)."""
+    check_budget = get_method(method_name).check_budget
+    for scale in (1, 4):
+        try:
+            return probe(method_name, task_name, scale * check_budget, overrides=overrides, train_rows=train_rows)
+        except (BudgetExhausted, ConfigError) as refusal:
+            if "budget" not in str(refusal):
+                raise
+    return probe(method_name, task_name, 20 * check_budget, overrides=overrides, train_rows=train_rows)

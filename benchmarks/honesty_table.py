@@ -1,35 +1,51 @@
 """The honesty probe for every method on every embedded task: rows through the network against rows charged.
 
-    python benchmarks/honesty_table.py [--methods sgd de ...]
+    python benchmarks/honesty_table.py [--methods sgd de ...] [--tasks ...] [--settings] [--train-rows N]
 
-Each method runs at its ``check_budget`` with its default settings, seed 0 (see ``bench/honesty.py``).
+Each method runs at its ``check_budget`` with its default settings, seed 0 (see ``bench/honesty.py``); with
+``--settings``, also over :func:`bench.honesty.setting_grid` (every count, flag and choice of the method moved
+alone, then every real-valued setting at once), at 4 or 20 times the check budget where a setting needs more.
 """
 
 from __future__ import annotations
 
 import argparse
 
+import torch
 from tabulate import tabulate
 
 from approximators import METHODS
-from bench.honesty import probe
+from bench.honesty import probe, probe_at_a_budget_it_fits, setting_grid
 from bench.tasks import task_names
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), help="built-in or plugin methods")
+    parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
+    parser.add_argument("--settings", action="store_true", help="also probe the grid of non-default settings")
+    parser.add_argument("--train-rows", type=int, help="only the first rows of each training set (faster)")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     rows = []
     for method in args.methods:
-        for task in task_names():
-            r = probe(method, task)
-            rows.append({"method": method, "task": task, "budget": f"{r.budget:g}",
-                         "training rows through the network": r.train_rows,
-                         "epochs charged x N_train": f"{r.epochs_used:g} x {r.n_train} = {r.examples_charged}",
-                         "test rows": r.test_rows, "test passes x N_test": f"{r.test_passes:g} x {r.n_test}",
-                         "honest": "yes" if r.honest else "NO"})
+        for task in args.tasks:
+            results = [probe(method, task, train_rows=args.train_rows)]
+            if args.settings:
+                results += [probe_at_a_budget_it_fits(method, task, overrides, args.train_rows)
+                            for overrides in setting_grid(method, task)]
+            for r in results:
+                rows.append({"method": method, "task": task,
+                             "settings": " ".join(f"{k}={v}" for k, v in r.overrides) or "(defaults)",
+                             "budget": f"{r.budget:g}", "training rows through the network": r.train_rows,
+                             "epochs charged x N_train": f"{r.epochs_used:g} x {r.n_train} = {r.examples_charged}",
+                             "test rows": r.test_rows, "test passes x N_test": f"{r.test_passes:g} x {r.n_test}",
+                             "honest": "yes" if r.honest else "NO"})
+            print(f"{method} {task}: {len(results)} probed", flush=True)
     print(tabulate(rows, headers="keys", tablefmt="github"))
+    dishonest = sum(row["honest"] == "NO" for row in rows)
+    print(f"\n{len(rows)} probes, {dishonest} dishonest")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def test_vogn_recovers_the_posterior_mean_and_the_mean_field_precision(linear_re
             trace_mean.append(state.params[0].clone())
             trace_precision.append(state.precision[0].clone())
 
-    data = MeteredData(problem.x, problem.y, BudgetMeter(STEPS, n))
+    data = MeteredData(problem.x, problem.y, BudgetMeter(8 * STEPS, n))  # 8 MC samples: 8 passes per step
     engine.run(objective, rule, params, data, STEPS, n, [2], on_step=record)
     trace_mean, trace_precision = torch.stack(trace_mean), torch.stack(trace_precision)
 
@@ -105,6 +105,21 @@ def test_nonsensical_settings_are_one_line_errors(setting, run_cli, tmp_path):
     code, _, err = run_cli("--method", "vogn", "--task", "toy-gap", "--budget", "5", "--set", setting,
                            "--out", tmp_path)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("mc_samples, epochs", [(1, 19), (3, 6)])
+def test_each_mc_sample_is_an_epoch_of_rows_through_the_network(mc_samples, epochs):
+    """K draws per minibatch take it through the network K times: an epoch costs K epochs of the budget."""
+    from approximators import METHODS, resolve_config
+    from bench.runner import metered
+    from bench.tasks import get_task
+
+    task = get_task("toy-gap")  # 80 rows, batch 16: the initialisation minibatch is 0.2 epochs
+    problem, data = metered(task, 20)
+    method = METHODS["vogn"](resolve_config(METHODS["vogn"], "toy-gap", {"mc_samples": str(mc_samples)}))
+    method.fit(problem, data, torch.Generator().manual_seed(0))
+    assert method.report["epochs"] == epochs
+    assert data.meter.examples == 16 + mc_samples * epochs * task.n_train
 
 
 def test_too_small_a_budget_is_one_line(run_cli, tmp_path):

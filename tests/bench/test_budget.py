@@ -41,6 +41,23 @@ def test_metered_data_charges_before_handing_over():
     assert data.meter.epochs_used == 1.0
 
 
+def test_a_batch_used_for_several_passes_is_charged_each_pass():
+    data = MeteredData(torch.arange(20.0).reshape(10, 2), torch.arange(10), BudgetMeter(1, n_train=10))
+    xb, _ = data.batch(torch.tensor([[0, 1], [2, 3]]), passes=2)
+    assert xb.shape == (2, 2, 2) and data.meter.examples == 8
+    with pytest.raises(BudgetExhausted):
+        data.batch(torch.tensor([4]), passes=3)
+    assert data.meter.examples == 8
+
+
+@pytest.mark.parametrize("passes", [0, -1, 1.5, True])
+def test_a_batch_goes_through_the_network_a_whole_number_of_times(passes):
+    data = MeteredData(torch.zeros(10, 2), torch.zeros(10), BudgetMeter(5, n_train=10))
+    with pytest.raises(MeterMisuse, match="passes"):
+        data.batch(torch.arange(4), passes=passes)
+    assert data.meter.examples == 0
+
+
 def test_test_passes_are_reported_not_charged():
     meter = BudgetMeter(1, n_train=10)
     meter.record_test_pass(50, n_test=25)

@@ -1,4 +1,7 @@
-"""The honesty probe: every method the harness knows passes it, and it catches the dishonest ones."""
+"""The honesty probe: every method the harness knows passes it, with its defaults and away from them, on the code
+paths real runs take, and it catches the dishonest ones."""
+
+import dataclasses
 
 import pytest
 import torch
@@ -6,21 +9,41 @@ import torch
 from approximators import METHODS, Approximator
 from approximators.base import PredictiveAccumulator
 from approximators.training import AdamConfig, initial_members
+from bench.errors import ConfigError
 from bench.functional import StackedModel
-from bench.honesty import probe
+from bench.honesty import COMPANIONS, probe, probe_at_a_budget_it_fits, setting_grid
 
-PROBE_TASKS = [("toy-gap", None), ("digits", 256)]
-"""A regression task whole, and the classification task on its first 256 training rows (fast)."""
+PROBE_TASKS = [("toy-gap", None), ("digits", 256), ("digits-cnn", 128), ("digits-lstm", 64)]
+"""A regression MLP whole, and the classification MLP, convnet and CNN-LSTM on their first rows (fast)."""
 
 
 @pytest.mark.parametrize("task, rows", PROBE_TASKS)
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_computes_on_exactly_the_rows_it_is_charged_for(method, task, rows):
     result = probe(method, task, train_rows=rows)
-    assert result.unmarked_rows == 0
+    assert result.mixed_rows == 0
     assert result.train_rows == result.examples_charged == round(result.epochs_used * result.n_train), result
     assert result.test_rows == round(result.test_passes * result.n_test), result
     assert result.honest
+
+
+@pytest.mark.parametrize("method, setting", sorted(COMPANIONS))
+def test_a_setting_that_acts_only_with_another_is_refused_alone(method, setting):
+    value = setting_grid(method, "toy-gap")[-1][setting]  # a real-valued setting: in the grid's last entry
+    companion = next(iter(COMPANIONS[method, setting]))
+    with pytest.raises(ConfigError, match=companion):
+        probe(method, "toy-gap", overrides={setting: value})
+
+
+@pytest.mark.parametrize("task, rows", [("toy-gap", None), ("digits-cnn", 32)])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_setting_of_every_method_is_charged_for_the_rows_it_computes_on(method, task, rows):
+    """The MLP takes the fast paths (batched members, the recorded per-example forward, local
+    reparameterisation), the convnet the generic ones; the grid moves every setting of the method."""
+    grid = setting_grid(method, task)
+    assert {name for overrides in grid for name in overrides} == {f.name for f in dataclasses.fields(METHODS[method].Config)}
+    dishonest = [r for r in (probe_at_a_budget_it_fits(method, task, o, rows) for o in grid) if not r.honest]
+    assert not dishonest, dishonest
 
 
 class _OneMember(Approximator):

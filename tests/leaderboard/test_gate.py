@@ -60,9 +60,9 @@ def test_a_changed_per_task_learning_rate_fails_in_both_modes(statistical, monke
 
 def test_a_meter_that_charges_half_of_each_batch_fails_on_the_budget(monkeypatch, run_cli):
     """Metrics unchanged, epochs_used halved: only the exact budget comparison can see it."""
-    def half_charged_batch(self, indices):
+    def half_charged_batch(self, indices, passes=1):
         indices = self._rows(indices)
-        self.meter.charge(max(1, indices.numel() // 2))
+        self.meter.charge(max(1, passes * indices.numel() // 2))
         return self._x[indices], self._y[indices]
 
     monkeypatch.setattr(MeteredData, "batch", half_charged_batch)
