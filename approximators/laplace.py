@@ -304,6 +304,7 @@ class Laplace(Approximator):
         curvature = _curvature_epoch(problem, data, start.model, theta, c.structure, c.batch_size, next_seed(member))
         posterior = GaussianPosterior(c.structure, theta[0], 1.0 / problem.prior_variance, data.n_train,
                                       **({"diagonal": curvature} if c.structure == "diagonal" else {"last": curvature}))
+        self.posterior = posterior  # the fitted Gaussian, for a caller of bench.api.fit (tests/science)
         self.report = {"map_epochs": map_epochs, "curvature_epochs": 1}
         draws = torch.Generator().manual_seed(next_seed(member))
         accumulator = PredictiveAccumulator(problem, c.samples, generator)

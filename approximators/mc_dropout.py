@@ -145,7 +145,8 @@ class MCDropout(Approximator):
         check_schedule(self.name, c.lr, c.min_lr)
         sites = [site.strip() for site in c.sites.split(",") if site.strip()]
         if not sites:
-            raise ConfigError("mc-dropout: no dropout sites for this task; name the layers with --set sites=a,b")
+            raise ConfigError("mc-dropout: no dropout sites for this task (a task of one's own has none by default); "
+                              "name the layers whose inputs are dropped with --set sites=a,b")
         epochs = math.floor(budget + 1e-9)
         if epochs < 1:
             raise BudgetExhausted(f"mc-dropout: a budget of {budget:g} epochs is less than one epoch")

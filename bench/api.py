@@ -59,22 +59,34 @@ A run from Python
 -----------------
 :func:`run` runs one (task, method, budget, seed) as ``python -m bench run`` does and returns the
 result record it wrote (:func:`read_result` reads one back).
+
+A problem of one's own
+----------------------
+:func:`make_task` builds a task from tensors, a network factory, a likelihood (:class:`Categorical`,
+:class:`FixedNoiseGaussian`, :class:`HeteroscedasticGaussian`) and a prior variance; :func:`fit` runs any
+method on it (or on a built-in task) under the meter and returns what the method computed, its fitted
+state included, without a reference and without writing anything: a conjugate model's closed-form posterior
+is then a test of the method (``tests/science/``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from approximators import ENTRY_POINT_GROUP, resolve_config
+import numpy as np
+
+from approximators import ENTRY_POINT_GROUP, resolve_config, resolve_method
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators,
                                 member_seeds, steps_for)
-from bench.budget import BudgetMeter, MeteredData
+from bench.budget import BudgetMeter, MeteredData, check_budget_size
 from bench.errors import BenchError, BudgetExhausted, ConfigError
 from bench.functional import ParameterLayout, StackedModel, seeded_module
-from bench.likelihoods import Likelihood, log_prior
+from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood, log_prior
 from bench.records import read_result
-from bench.runner import RunSpec, run as run_spec
-from bench.tasks import task_names
+from bench.runner import RunSpec, fit_and_predict, metered, planned, resolve_device, run as run_spec
+from bench.tasks import Task, get_task, task_names
+from bench.tasks.custom import make_task
 
 
 def run(task: str, method: str | type[Approximator], budget: float, seed: int = 0, *,
@@ -97,14 +109,45 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
                             label=label, command=f"bench.api.run({call})"))
 
 
+@dataclass(frozen=True)
+class Fit:
+    """What :func:`fit` returns: the fitted method (its state, e.g. a Laplace posterior or SWAG's moments, as
+    its module documents), its predictive (``(N_test, C)`` probabilities or ``(N_test, S)`` samples), its
+    report, its config and the meter's account (``epochs_used``, ``test_passes``)."""
+
+    approximator: Approximator
+    predictive: np.ndarray
+    report: dict
+    config: object
+    epochs_used: float
+    test_passes: float
+
+
+def fit(task: "str | Task", method: str | type[Approximator], budget: float, seed: int = 0, *,
+        settings: dict[str, object] | None = None, device: str = "cpu") -> Fit:
+    """Trains ``method`` on ``task`` (a built-in's name or a :func:`make_task` task) for ``budget`` epochs
+    under the meter with ``seed``, and returns :class:`Fit`. Nothing is scored or written. ``settings`` as
+    for :func:`run`; ``device`` where the tensors live. Every failure raises a :class:`BenchError` with one
+    line."""
+    method_class = resolve_method(method)
+    the_task = task if isinstance(task, Task) else get_task(task)
+    problem, data = metered(the_task, check_budget_size(budget), resolve_device(device))
+    config = resolve_config(method_class, the_task.name,
+                            {str(key): _setting_text(value) for key, value in (settings or {}).items()})
+    approximator = planned(method_class, config, problem, data)
+    predictive, report = fit_and_predict(approximator, problem, data, seed)
+    return Fit(approximator, predictive, report, config, data.meter.epochs_used, data.meter.test_passes)
+
+
 def _setting_text(value: object) -> str:
     """A setting as ``--set`` would receive it (``True`` -> ``"true"``, so booleans parse as booleans)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "ConfigError", "Footprint",
-    "Likelihood", "MeteredData", "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel",
-    "log_prior", "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module",
-    "steps_for", "task_names",
+    "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "Categorical", "ConfigError",
+    "Fit", "FixedNoiseGaussian", "Footprint", "HeteroscedasticGaussian", "Likelihood", "MeteredData",
+    "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel", "Task", "fit", "log_prior", "make_task",
+    "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module", "steps_for",
+    "task_names",
 ]

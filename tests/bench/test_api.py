@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pytest
 
 from approximators.map import DeepEnsemble
 from bench import api, records
 
 STABLE_NAMES = {
-    "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "ConfigError", "Footprint",
-    "Likelihood", "MeteredData", "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel",
-    "log_prior", "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module",
-    "steps_for", "task_names",
+    "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "Categorical", "ConfigError",
+    "Fit", "FixedNoiseGaussian", "Footprint", "HeteroscedasticGaussian", "Likelihood", "MeteredData",
+    "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel", "Task", "fit", "log_prior", "make_task",
+    "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module", "steps_for",
+    "task_names",
 }
 
 
@@ -40,6 +42,21 @@ def test_the_contract_keeps_its_signatures():
                                                                             "model"]
     assert list(inspect.signature(api.run).parameters) == ["task", "method", "budget", "seed", "settings", "device",
                                                            "out", "label", "force", "cache"]
+    assert list(inspect.signature(api.fit).parameters) == ["task", "method", "budget", "seed", "settings", "device"]
+    assert list(inspect.signature(api.make_task).parameters) == ["name", "x_train", "y_train", "x_test",
+                                                                 "model_factory", "likelihood", "prior_variance",
+                                                                 "y_test", "description"]
+
+
+def test_fit_on_a_built_in_task_is_the_run_s_predictive_without_writing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fitted = api.fit("toy-gap", "sgd", 2, seed=5)
+    result = api.run("toy-gap", "sgd", 2, seed=5, out=tmp_path / "runs")
+    assert list(tmp_path.iterdir()) == [tmp_path / "runs"], "fit writes nothing"
+    folder = records.run_folder(tmp_path / "runs", "toy-gap", "sgd", 2, 5)
+    with np.load(folder / records.PREDICTIONS) as saved:
+        assert (fitted.predictive == saved[result["reference"]["key"]]).all()
+    assert fitted.epochs_used == result["epochs_used"] == 2
 
 
 def test_a_class_runs_from_python_and_its_record_comes_back(tmp_path):
