@@ -47,3 +47,63 @@ def test_laplace_is_the_gaussian_its_structure_states(linear, structure):
     # Its mean is the MAP point, which Adam reaches to a small fraction of a posterior standard deviation.
     z = (posterior.mean.double() - linear.mean) / torch.diagonal(linear.covariance).sqrt()
     assert z.abs().max() < 0.05, z
+
+
+def test_each_anchored_ensemble_member_is_its_anchor_s_map(linear, monkeypatch):
+    """Pearce et al.'s anchored MAP: member k minimises -log p(D | theta) + |theta - a_k|^2 / (2 v), whose minimum
+    is Lambda^-1 (Phi^T y / s^2 + a_k / v); so the ensemble's spread is Lambda^-1 Cov(a) Lambda^-1 / v^2 with
+    Cov(a) = v I. Each member, trained on all rows (no validation split), must reach its own."""
+    from approximators import anchored
+
+    calls = []
+
+    def recording(*args, **kwargs):
+        calls.append((kwargs.get("anchors"), anchored_train(*args, **kwargs)))
+        return calls[-1][1]
+
+    anchored_train = anchored.train_members
+    monkeypatch.setattr(anchored, "train_members", recording)
+    fit(linear.task, "ae", budget=8 * 300, settings={"epochs": 300, "validation_fraction": 0, "batch_size": 64,
+                                                      "lr": 0.05, "min_lr": 1e-4})
+    ((anchors, members),) = calls
+    flat = lambda tensors: torch.cat([tensors["0.weight"].flatten(1), tensors["0.bias"]], dim=1)  # noqa: E731
+    a, theta = flat(anchors).double(), flat(members).double()
+    assert theta.shape == (8, D + 1)
+    phi_y = linear.precision @ linear.mean  # Phi^T y / s^2
+    exact = torch.linalg.solve(linear.precision, (phi_y + a / PRIOR_VARIANCE).T).T
+    z = (theta - exact) / torch.diagonal(linear.covariance).sqrt()
+    assert z.abs().max() < 0.01, z
+
+
+def test_sgld_samples_the_stationary_law_of_its_own_recursion(linear, monkeypatch):
+    """Full-batch SGLD at a constant step eps is the linear recursion theta <- theta - (eps / 2) Lambda (theta - mu)
+    + N(0, eps I), whose stationary law is N(mu, C) with C = eps (I - A^2)^-1 in Lambda's eigenbasis,
+    A = I - eps Lambda / 2: not the posterior (C exceeds Lambda^-1 by 1 / (1 - eps lambda / 4), a third along
+    Lambda's largest eigenvalue at eps lambda_max = 1). 4096 chains' last samples are independent draws: their
+    covariance is compared within 4.5 standard errors (sqrt(C_ii C_jj + C_ij^2) / sqrt(n))."""
+    from approximators.base import PredictiveAccumulator
+
+    kept = []
+    add = PredictiveAccumulator.add
+
+    def keep(self, members):
+        kept.append(torch.cat([members["0.weight"].flatten(1), members["0.bias"]], dim=1).double())
+        return add(self, members)
+
+    monkeypatch.setattr(PredictiveAccumulator, "add", keep)
+    values, vectors = torch.linalg.eigh(linear.precision)
+    eps, chains = 1 / float(values.max()), 4096
+    fit(linear.task, "sgld", budget=chains * 40, settings={"chains": chains, "batch_size": N, "schedule": "constant",
+                                                           "lr": eps * N / 2, "burn_in": 0.9})
+    draws = kept[-1]
+    a = 1 - eps * values / 2
+    stationary = vectors @ torch.diag(eps / (1 - a**2)) @ vectors.T
+    torch.testing.assert_close(draws.mean(0), linear.mean, atol=float(4.5 * torch.diagonal(stationary).max().sqrt()
+                                                                        / chains**0.5), rtol=0)
+    covariance = torch.cov(draws.T)
+    spread = (torch.outer(torch.diagonal(stationary), torch.diagonal(stationary)) + stationary**2).sqrt()
+    z = (covariance - stationary) / (spread / chains**0.5)
+    assert z.abs().max() < 4.5, z
+    # ... and the same draws are far from the posterior along the largest eigenvalue.
+    top = vectors[:, -1]
+    assert float(top @ covariance @ top) > 1.2 * float(top @ linear.covariance @ top)
