@@ -21,7 +21,7 @@ from approximators.sae import SequentialAnchoredEnsemble
 from approximators.sgld import StochasticGradientLangevin
 from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
 from approximators.vogn import VOGN
-from bench.errors import ConfigError
+from bench.errors import ConfigError, MethodFailed
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
@@ -53,11 +53,17 @@ def load_method(spec: str) -> type[Approximator]:
         raise ConfigError(f"--method {spec!r}: write a method outside bdl-bench as package.module:ClassName")
     try:
         target = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(f"--method {spec}: cannot import {module_name} ({error})") from None
-    except Exception as error:  # a user's module failing at import is the user's error, in one line
-        raise ConfigError(f"--method {spec}: importing {module_name} failed ({type(error).__name__}: {error})") \
-            from None
+    except ModuleNotFoundError as error:
+        if error.name is not None and (module_name + ".").startswith(error.name + "."):  # the named module is absent
+            raise ConfigError(f"--method {spec}: cannot import {module_name} ({error})") from None
+        raise MethodFailed(f"--method {spec}: importing {module_name} failed (ModuleNotFoundError: {error})") \
+            from error
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except (Exception, SystemExit) as error:  # the module's own code failing at import: its failure, in one line
+        what = f"exited (sys.exit({error.code!r}))" if isinstance(error, SystemExit) else \
+            f"failed ({type(error).__name__}: {error})"
+        raise MethodFailed(f"--method {spec}: importing {module_name} {what}") from error
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise ConfigError(f"--method {spec}: {module_name} has no {attribute}")

@@ -306,8 +306,11 @@ def resolve_config(method: type[Approximator], task: str, overrides: dict[str, s
         if key not in names:
             raise ConfigError(f"method {method.name!r} has no setting {key!r}; its settings: {', '.join(names)}")
         values[key] = _parse(key, raw, hints[key])
-    config = method.Config(**values)
-    check_settings(method.name, config)
+    from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
+
+    with users_code(method, "settings"):
+        config = method.Config(**values)
+        check_settings(method.name, config)
     return config
 
 

@@ -80,7 +80,7 @@ from approximators import ENTRY_POINT_GROUP, resolve_config, resolve_method
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators,
                                 member_seeds, steps_for)
 from bench.budget import BudgetMeter, MeteredData, check_budget_size
-from bench.errors import BenchError, BudgetExhausted, ConfigError
+from bench.errors import BenchError, BudgetExhausted, ConfigError, MethodFailed
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood, log_prior
 from bench.records import read_result
@@ -98,8 +98,9 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
     ``method``: a built-in's or an installed plugin's name, ``"package.module:ClassName"``, or an
     :class:`Approximator` subclass itself (one defined in a notebook, say). ``settings``: values for the
     method's config fields, as ``--set`` takes them (given as strings or as values whose ``str`` parses).
-    A finished run in the same folder is an error unless ``force``. Every failure raises a
-    :class:`BenchError` whose message is the one line the command line would print.
+    A finished run in the same folder is an error unless ``force``. Every failure a user can cause raises a
+    :class:`BenchError` whose message is the one line the command line would print; a method that is not
+    bdl-bench's failing in its own code raises :class:`MethodFailed` (its one line, chained to what it raised).
     """
     overrides = tuple((str(key), _setting_text(value)) for key, value in (settings or {}).items())
     call = ", ".join([f"task={task!r}", f"method={getattr(method, '__qualname__', method)!r}",
@@ -127,8 +128,7 @@ def fit(task: "str | Task", method: str | type[Approximator], budget: float, see
         settings: dict[str, object] | None = None, device: str = "cpu") -> Fit:
     """Trains ``method`` on ``task`` (a built-in's name or a :func:`make_task` task) for ``budget`` epochs
     under the meter with ``seed``, and returns :class:`Fit`. Nothing is scored or written. ``settings`` as
-    for :func:`run`; ``device`` where the tensors live. Every failure raises a :class:`BenchError` with one
-    line."""
+    for :func:`run`; ``device`` where the tensors live. Failures raise as for :func:`run`."""
     method_class = resolve_method(method)
     the_task = task if isinstance(task, Task) else get_task(task)
     problem, data = metered(the_task, check_budget_size(budget), resolve_device(device))
@@ -146,7 +146,7 @@ def _setting_text(value: object) -> str:
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "Categorical", "ConfigError",
-    "Fit", "FixedNoiseGaussian", "Footprint", "HeteroscedasticGaussian", "Likelihood", "MeteredData",
+    "Fit", "FixedNoiseGaussian", "Footprint", "HeteroscedasticGaussian", "Likelihood", "MeteredData", "MethodFailed",
     "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel", "Task", "fit", "log_prior", "make_task",
     "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module", "steps_for",
     "task_names",

@@ -13,7 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench.budget import MAX_BUDGET_EPOCHS
-from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, describe_failure
+from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, MethodFailed, describe_failure
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -486,6 +486,7 @@ def _cmd_methods(args) -> int:
     import dataclasses
 
     from approximators import METHODS, get_method, installed_methods, method_source, resolve_config
+    from approximators.boundary import users_code
     from bench.tasks import get_task
 
     task = get_task(args.task, args.cache).name if args.task else None
@@ -498,14 +499,16 @@ def _cmd_methods(args) -> int:
         for name, entry in sorted(installed_methods().items()):
             try:
                 loaded.append((get_method(name), f"plugin {entry.value}"))
-            except BenchError as error:  # one broken plugin must not hide the others
+            except (BenchError, MethodFailed) as error:  # one broken plugin must not hide the others
                 broken.append({"method": name, "source": f"plugin {entry.value}", "what": f"cannot be loaded: {error}"})
     rows, settings = [], []
     for method, source in loaded:
-        defaults = method.Config()
+        with users_code(method, "settings"):
+            defaults = method.Config()
         config = resolve_config(method, task) if task else defaults
         # a method that changes the network approximates another posterior than the reference's
-        change = method.architecture_change(config)
+        with users_code(method, "architecture_change"):
+            change = method.architecture_change(config)
         rows.append({"method": method.name, "source": source, "what": method.summary, "paper": method.paper,
                      "network": "task's" if change is None else f"changed: {change}"})
         settings.append({"method": method.name, "settings" if not task else f"settings on {task}": ", ".join(

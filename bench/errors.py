@@ -7,6 +7,9 @@ Exit codes (documented in the README):
   damaged leaderboard database.
 - 3 (:data:`EXIT_ENVIRONMENT`): the machine refused: a full disk, a read-only or unwritable folder, a path
   too long, a database locked by another process, memory exhausted.
+- 4 (:data:`EXIT_METHOD`): a method that is not bdl-bench's (a plugin, a class of one's own) failed in its own
+  code, at import or in its settings, footprint, fit, predictive or report: :class:`MethodFailed`, the line naming
+  the method and what it raised (``--debug`` shows its traceback).
 - 70 (:data:`EXIT_INTERNAL`): a bug in bdl-bench; the line asks for a report with ``--debug``'s traceback.
 - 130 (:data:`EXIT_INTERRUPTED`): interrupted (Ctrl-C); finished runs are complete, the interrupted one unwritten.
 """
@@ -16,6 +19,7 @@ import sqlite3
 
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
+EXIT_METHOD = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
@@ -52,6 +56,11 @@ class TrainingDiverged(BenchError):
     """A method's parameters became non-finite (a step size too large for the task)."""
 
 
+class MethodFailed(Exception):
+    """A method that is not bdl-bench's raised, or called ``sys.exit``, in its own code: its failure, reported as
+    its own (exit 4), never as a bug in bdl-bench. Raised by :func:`approximators.boundary.users_code`."""
+
+
 class DamagedFile(BenchError):
     """A file bdl-bench wrote or fetched (a registry, manifest, run record, trust store) that can no longer be
     read as written: truncated, edited, replaced by something that is not a regular file."""
@@ -78,6 +87,8 @@ def _one_line(text: object) -> str:
 
 def describe_failure(error: BaseException) -> tuple[int, str]:
     """``(exit code, one line)`` for any failure, the line naming the file or setting and what to do."""
+    if isinstance(error, MethodFailed):
+        return EXIT_METHOD, _one_line(error)
     if isinstance(error, BenchError):
         return EXIT_BAD_INPUT, _one_line(error)
     if isinstance(error, MemoryError):

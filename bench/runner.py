@@ -25,6 +25,7 @@ import torch
 import bench
 from approximators import Approximator, Problem, method_source, resolve_config, resolve_method
 from approximators.base import check_footprint
+from approximators.boundary import users_code
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import BenchError, ConfigError
@@ -115,9 +116,11 @@ def planned(method: type[Approximator], config, problem: Problem, data: MeteredD
     """Builds ``method`` with ``config`` and checks what it would hold for this budget against the
     device's memory, before anything is trained or written (an absurd plan is one line, not an
     allocation failure hours in)."""
-    approximator = method(config)
+    with users_code(method, "settings"):
+        approximator = method(config)
     n_params = sum(p.numel() for p in problem.model_factory().parameters())
-    check_footprint(approximator, data.meter.budget_epochs, data.n_train, n_params, data.device)
+    with users_code(method, "footprint"):
+        check_footprint(approximator, data.meter.budget_epochs, data.n_train, n_params, data.device)
     return approximator
 
 
@@ -125,8 +128,14 @@ def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredD
                     seed: int) -> tuple[np.ndarray, dict]:
     """Fits a planned approximator under the meter with the run's generator; returns its predictive
     (float64) and its report (how it spent the budget, e.g. SWAG's snapshot count)."""
-    approximator.fit(problem, data, torch.Generator().manual_seed(seed))
-    return np.asarray(approximator.predictive(), dtype=np.float64), dict(approximator.report)
+    method = type(approximator)
+    with users_code(method, "fit"):
+        approximator.fit(problem, data, torch.Generator().manual_seed(seed))
+    with users_code(method, "predictive"):
+        predictive = np.asarray(approximator.predictive(), dtype=np.float64)
+    with users_code(method, "report"):
+        report = dict(approximator.report)
+    return predictive, report
 
 
 def execute(method: type[Approximator], config, problem: Problem, data: MeteredData,
@@ -172,6 +181,8 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
     problem, data = _prepare(spec, device, on_progress)
     config = resolve_config(method, problem.task, dict(spec.overrides))
     approximator = planned(method, config, problem, data)
+    with users_code(method, "architecture_change"):
+        architecture_change = method.architecture_change(config)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
     with records.claimed(folder, spec.force, asdict(config)):
         started = time.perf_counter()
@@ -199,7 +210,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "wall_seconds": round(wall, 3),
             "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
             "config": asdict(config),
-            "architecture_change": method.architecture_change(config),
+            "architecture_change": architecture_change,
             "method_report": report,
             "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
             "environment": env,

@@ -10,7 +10,7 @@ import pytest
 
 from approximators import ENTRY_POINT_GROUP, METHODS, get_method
 from bench import records
-from bench.errors import EXIT_BAD_INPUT, ConfigError
+from bench.errors import EXIT_BAD_INPUT, EXIT_METHOD, ConfigError
 from tests.reliability.test_error_boundary import assert_one_line
 
 MODULE = textwrap.dedent('''
@@ -78,7 +78,6 @@ def test_a_built_in_run_records_no_source(tmp_path, run_cli):
     ("no_such_package.module:Method", "cannot import no_such_package.module"),
     ("twins_plugin:Missing", "twins_plugin has no Missing"),
     ("twins_plugin:not_a_class", "is not a subclass of approximators.Approximator"),
-    ("broken_plugin:Anything", "importing broken_plugin failed (RuntimeError: broken at import)"),
     ("twins_plugin:Impostor", "its name 'de' is a built-in method's"),
     ("twins_plugin:", "package.module:ClassName"),
     ("nosuch", "unknown method 'nosuch'"),
@@ -87,6 +86,14 @@ def test_a_method_that_cannot_be_loaded_is_one_line(tmp_path, run_cli, plugin, s
     plugin()
     code, _, err = run_cli("--method", spec, "--budget", "2", "--task", "toy-gap", "--out", tmp_path / "runs")
     assert_one_line(code, err, EXIT_BAD_INPUT, message)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_module_broken_at_import_is_the_module_s_failure(tmp_path, run_cli, plugin):
+    plugin()
+    code, _, err = run_cli("--method", "broken_plugin:Anything", "--budget", "2", "--task", "toy-gap", "--out",
+                           tmp_path / "runs")
+    assert_one_line(code, err, EXIT_METHOD, "importing broken_plugin failed (RuntimeError: broken at import)")
     assert not (tmp_path / "runs").exists()
 
 

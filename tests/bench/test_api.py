@@ -13,7 +13,7 @@ from bench import api, records
 STABLE_NAMES = {
     "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "Categorical", "ConfigError",
     "Fit", "FixedNoiseGaussian", "Footprint", "HeteroscedasticGaussian", "Likelihood", "MeteredData",
-    "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel", "Task", "fit", "log_prior", "make_task",
+    "MethodFailed", "ParameterLayout", "PredictiveAccumulator", "Problem", "StackedModel", "Task", "fit", "log_prior", "make_task",
     "member_generators", "member_seeds", "read_result", "resolve_config", "run", "seeded_module", "steps_for",
     "task_names",
 }
