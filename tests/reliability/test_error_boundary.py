@@ -145,3 +145,21 @@ def test_a_damaged_baseline_is_one_line(tmp_path, run_cli):
     baseline.write_text(json.dumps({"format": 1})[:-3])
     code, _, err = run_cli("check", "--baseline", baseline)
     assert_one_line(code, err, EXIT_BAD_INPUT, str(baseline), "check --update")
+
+
+def test_an_interrupt_while_starting_is_one_line_and_exit_130():
+    """Ctrl-C during the seconds the heavy imports take (here: at the import of torch) ends inside the boundary."""
+    import subprocess
+    import sys
+
+    starting = ("import builtins, runpy, sys\n"
+                "real = builtins.__import__\n"
+                "def interrupted(name, *args, **kwargs):\n"
+                "    if name == 'torch':\n"
+                "        raise KeyboardInterrupt\n"
+                "    return real(name, *args, **kwargs)\n"
+                "builtins.__import__ = interrupted\n"
+                "sys.argv = ['bench', 'methods']\n"
+                "runpy.run_module('bench', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", starting], capture_output=True, text=True, timeout=120)
+    assert_one_line(done.returncode, done.stderr, EXIT_INTERRUPTED, "interrupted while starting")
