@@ -60,6 +60,7 @@ def csv_text(text: str) -> str:
     """Text for a spreadsheet cell: text a spreadsheet would run as a formula (it starts with one of
     :data:`FORMULA_STARTS`) gets a leading ``'``, as the OWASP CSV-injection guidance recommends; the writer
     also quotes every text cell, so a separator or a quote inside it cannot start another cell."""
+    text = printable_lines(text)  # no terminal escape or bidirectional override reaches a terminal or a sheet
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
@@ -89,6 +90,16 @@ def printable_text(text: str) -> str:
     bidirectional override reaches a table, and no cell can read as tabulate's separating-line marker (``\\x01``),
     which would drop the table's rows."""
     return "".join(ch if ch.isprintable() else " " for ch in str(text))
+
+
+def printable_lines(text: str) -> str:
+    """:func:`printable_text` that keeps line breaks (``\n``), for notes shown as paragraphs."""
+    return "\n".join(printable_text(line) for line in str(text).split("\n"))
+
+
+def html_text(text: str) -> str:
+    """Stored text for the page: printable (no bidirectional override can reorder what follows), then escaped."""
+    return escape(printable_text(text))
 
 
 def md_text(text: str) -> str:
@@ -349,21 +360,23 @@ def html_page(all_tracks: list[Track]) -> str:
         styles = _styles(task_tracks, methods)
         charts = _fidelity_charts(task_tracks, styles)
         diagram = _reliability_chart(task_tracks[-1], styles)
-        body.append(f'<section id="{escape(task)}"><h2>{escape(task)} v{version}</h2>')
+        body.append(f'<section id="{html_text(task)}"><h2>{html_text(task)} v{version}</h2>')
         body.append(f"<p>{escape(_explanation(task_tracks[0].kind))}.</p>")
         body.append('<div class="charts">' + "".join(charts + ([diagram] if diagram else [])) + "</div>")
         for track in task_tracks:
-            body.append(f"<h3>{escape(_heading(track))}</h3>")
-            body.append(tabulate(_display_rows(track), headers="keys", tablefmt="html", disable_numparse=True))
-            body.extend(f"<p>{escape(note)}</p>" for note in changed_network_notes(track))
+            body.append(f"<h3>{html_text(_heading(track))}</h3>")
+            body.append(tabulate(_display_rows(track, printable_text), headers="keys", tablefmt="html",
+                                 disable_numparse=True))
+            body.extend(f"<p>{html_text(note)}</p>" for note in changed_network_notes(track))
             if track.blocks:
                 body.append(f"<p>{escape(BLOCKS_EXPLANATION)}.</p>")
                 # The block's name comes first in its rows: a stored name must not read as a separating line.
                 body.append(tabulate(_block_rows(track, printable_text), headers="keys", tablefmt="html",
                                      disable_numparse=True))
-            legend, notes = _configuration_legend(track, escape), _notes(track, escape)
+            legend = _configuration_legend(track, html_text)
+            notes = _notes(track, lambda text: escape(printable_lines(text)))
             if legend:
-                body.append(f"<p>{_legend_intro(track, escape)}:</p>" + _html_list(legend))
+                body.append(f"<p>{_legend_intro(track, html_text)}:</p>" + _html_list(legend))
             if notes:
                 body.append("<p>Notes:</p>" + _html_list(notes, "notes"))
         body.append("</section>")

@@ -309,6 +309,10 @@ def check_submitter(name: str, notes: str) -> None:
         raise SubmissionError(f"the submitter's name must be 1 to {MAX_NAME_CHARS} printable characters")
     if len(notes) > MAX_NOTES_CHARS:
         raise SubmissionError(f"notes are limited to {MAX_NOTES_CHARS} characters")
+    unprintable = next((ch for ch in notes if not (ch.isprintable() or ch == "\n")), None)
+    if unprintable is not None:  # terminal escapes, bidirectional overrides: they would reach terminals and pages
+        raise SubmissionError(f"notes must be printable text and line breaks; they hold {unprintable!r} "
+                              f"(U+{ord(unprintable):04X})")
 
 
 def check_method_name(method: str, source: str) -> None:

@@ -1,14 +1,14 @@
 """Line charts as inline SVG text: the static page embeds them, so it needs no script and no network.
 
 Coordinates are computed here; the browser only draws. Every text that reaches the SVG goes
-through :func:`html.escape`, since method names come from submitters.
+through :func:`escape` (printable, then HTML-escaped), since method names come from submitters.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from html import escape
+from html import escape as html_escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
@@ -27,6 +27,12 @@ TICK_LABEL_GAP = 6.0
 TICK_ROW_HEIGHT = 13
 LEGEND_CHARS = 22
 """Legend entries longer than this are cut (the whole name is in their tooltip): the legend column is 170 px."""
+
+
+def escape(text: str) -> str:
+    """Text for the SVG: every character that is not printable (terminal escapes, bidirectional overrides that
+    would reorder the legend) as a space, then HTML-escaped."""
+    return html_escape("".join(ch if ch.isprintable() else " " for ch in str(text)))
 
 
 @dataclass(frozen=True)

@@ -290,3 +290,11 @@ def test_every_budget_has_a_tick_label_and_no_two_labels_overlap(budgets):
             assert abs(x2 - x1) >= (len(a) + len(b)) / 2 * svg.TICK_CHAR_WIDTH, (a, b)
     height = int(re.search(r'<svg [^>]*height="(\d+)"', chart).group(1))
     assert max(y for _, y, _ in labels) < height - 20, "the axis title stays below every row of labels"
+
+
+@pytest.mark.parametrize("notes", ["\x1b[31mred\x1b[0m", "evil\u202etxt.exe", "a\rb", "\x07", "\u2066isolate\u2069"])
+def test_notes_that_would_reach_a_terminal_or_page_raw_are_refused(tmp_path, make_run, db_path, run_cli, notes):
+    make_run(tmp_path / "runs", "toy-gap")
+    code, _, err = run_cli("submit", str(tmp_path / "runs"), "--notes", notes)
+    assert code == 2 and "notes must be printable text and line breaks" in err and err.count("\n") == 1
+    assert not db_path.exists() or run_cli("leaderboard", "--format", "json")[1].count('"notes"') == 0
