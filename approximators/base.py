@@ -274,9 +274,18 @@ def settings_choices(config_class: type) -> dict[str, tuple[str, ...]]:
     return choices
 
 
+def settings_order(config_class: type) -> list[tuple[str, str]]:
+    """Pairs ``(a, b)`` of numeric settings with a <= b (a cosine decay's end at most its start): the ``AT_MOST`` of
+    the config class and of its bases, ``{"min_lr": "lr"}``."""
+    order: dict[str, str] = {}
+    for cls in reversed(config_class.__mro__):
+        order.update(vars(cls).get("AT_MOST", {}))
+    return list(order.items())
+
+
 def check_settings(method: str, config) -> None:
-    """One line naming the first numeric setting outside its declared interval, or the first string setting
-    outside its declared choices (before any work is done)."""
+    """One line naming the first numeric setting outside its declared interval, the first string setting outside
+    its declared choices, or the first pair of settings out of their declared order (before any work is done)."""
     bounds, choices = settings_bounds(type(config)), settings_choices(type(config))
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
@@ -288,12 +297,10 @@ def check_settings(method: str, config) -> None:
         interval = bounds.get(field.name, Interval("(-inf, inf)"))
         if value not in interval:
             raise ConfigError(f"{method}: {field.name} must lie in {interval.text}, got {value}")
-
-
-def check_schedule(method: str, lr: float, min_lr: float) -> None:
-    """One line unless ``min_lr`` (where a cosine decay from ``lr`` ends) is at most ``lr``."""
-    if not min_lr <= lr:
-        raise ConfigError(f"{method}: min_lr must not exceed lr")
+    for low, high in settings_order(type(config)):
+        if not getattr(config, low) <= getattr(config, high):
+            raise ConfigError(f"{method}: {low} ({getattr(config, low)}) must not exceed {high} "
+                              f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
 
 
 def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None):

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
-from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem, check_schedule,
+from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem,
                                 member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
@@ -284,7 +284,6 @@ class Laplace(Approximator):
     def plan(self, budget: float) -> int:
         """MAP epochs, or a one-line error."""
         c = self.config
-        check_schedule(self.name, c.lr, c.min_lr)
         map_epochs = math.floor(budget + 1e-9) - 1
         if map_epochs < 1:
             raise BudgetExhausted(f"laplace: a budget of {budget:g} epochs leaves no epoch of MAP training before the "

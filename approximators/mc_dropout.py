@@ -46,7 +46,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, check_schedule, member_generators,
+from approximators.base import (Approximator, PredictiveAccumulator, Problem, member_generators,
                                 next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.training import AdamConfig, Members, schedule_of, train_members
@@ -142,7 +142,6 @@ class MCDropout(Approximator):
     def plan(self, budget: float) -> tuple[int, list[str]]:
         """(epochs, dropout sites) or a one-line error."""
         c = self.config
-        check_schedule(self.name, c.lr, c.min_lr)
         sites = [site.strip() for site in c.sites.split(",") if site.strip()]
         if not sites:
             raise ConfigError("mc-dropout: no dropout sites for this task (a task of one's own has none by default); "

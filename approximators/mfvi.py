@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import Approximator, Problem, check_schedule, mean_field_predictive, next_seed
+from approximators.base import Approximator, Problem, mean_field_predictive, next_seed
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
@@ -80,6 +80,8 @@ class MFVIConfig:
         "map_beta2": "[0, 1)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+    AT_MOST: ClassVar[dict[str, str]] = {"min_lr": "lr", "map_min_lr": "map_lr"}
+    """Settings that may not exceed another (a cosine decay's end, its start), checked with the bounds."""
 
 
 MFVI_DEFAULTS = {
@@ -183,7 +185,6 @@ class MFVI(Approximator):
     def plan(self, budget: float) -> tuple[int, int]:
         """(MAP epochs, VI epochs) or a one-line error."""
         c = self.config
-        check_schedule(self.name, c.lr, c.min_lr)
         total = math.floor(budget + 1e-9)
         map_epochs = max(1, round(c.map_fraction * total))
         if total - map_epochs < 1:

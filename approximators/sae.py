@@ -76,6 +76,8 @@ class SAEConfig(AdamConfig):
         "validation_fraction": "[0, 1)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+    AT_MOST: ClassVar[dict[str, str]] = {"seq_min_lr": "seq_lr"}
+    """Settings that may not exceed another (a cosine decay's end, its start), checked with the bounds."""
 
 
 _SEQUENTIAL = {

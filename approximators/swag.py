@@ -88,6 +88,8 @@ class SWAGConfig:
         "runs": "[1, inf)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+    AT_MOST: ClassVar[dict[str, str]] = {"swa_lr": "lr"}
+    """Settings that may not exceed another (the rate the schedule decays to, its start), checked with the bounds."""
 
 
 SWAG_DEFAULTS = {

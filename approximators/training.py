@@ -52,6 +52,8 @@ class AdamConfig:
         "beta2": "[0, 1)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+    AT_MOST: ClassVar[dict[str, str]] = {"min_lr": "lr"}
+    """Settings that may not exceed another (the cosine decay's end, its start), checked with the bounds."""
 
 
 def schedule_of(config: AdamConfig, prefix: str = "") -> AdamConfig:

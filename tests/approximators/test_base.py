@@ -7,7 +7,9 @@ import scipy.special
 import scipy.stats
 import torch
 
+from approximators import METHODS, resolve_config
 from approximators.base import PredictiveAccumulator
+from bench.errors import ConfigError
 from approximators.training import initial_members
 from bench.budget import BudgetMeter
 from bench.functional import StackedModel
@@ -56,3 +58,18 @@ def test_regression_draws_carry_each_members_observation_noise(members, problem_
         assert scipy.stats.kstest(z.ravel(), "norm").pvalue > KS_SIGNIFICANCE, f"member {k} of {members}"
         start += count
     assert start == PREDICTIVE_SAMPLES
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_declared_order_of_settings_is_checked_before_any_work(method):
+    """A schedule's end above its start (min_lr > lr: a rate that rises) is one line naming both settings."""
+    from approximators.base import settings_order
+
+    pairs = settings_order(METHODS[method].Config)
+    for low, high in pairs:
+        default = getattr(resolve_config(METHODS[method], "toy-gap"), high)
+        with pytest.raises(ConfigError, match=f"{low} .* must not exceed {high}"):
+            resolve_config(METHODS[method], "toy-gap", {low: str(2 * default), high: str(default)})
+        resolve_config(METHODS[method], "toy-gap", {low: str(default), high: str(default)})  # equal is a constant rate
+    expected = {"sgd", "de", "ae", "sae", "laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag"}
+    assert bool(pairs) == (method in expected)
