@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import typing
 
 from approximators.anchored import AnchoredEnsemble
 from approximators.csgmcmc import CyclicalSGMCMC
@@ -28,6 +29,9 @@ METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace, BudgetedHMC)}
 
 
+SETTING_TYPES = (int, float, bool, str)
+"""The types a setting may have: what ``--set key=value`` parses."""
+
 ENTRY_POINT_GROUP = "bdl_bench.methods"
 """The entry point group through which an installed package registers its methods (``name = "pkg.mod:Class"``)."""
 
@@ -43,6 +47,15 @@ def _checked(method, origin: str) -> type[Approximator]:
     if not (isinstance(method.name, str) and method.name.isprintable() and 0 < len(method.name) <= 100
             and ":" not in method.name and "/" not in method.name):
         raise ConfigError(f"{origin}: the method's name must be 1 to 100 printable characters without ':' or '/'")
+    try:
+        hints = typing.get_type_hints(method.Config)
+    except Exception as error:  # an annotation that does not evaluate: the method's own code
+        raise ConfigError(f"{origin}: its Config's annotations do not evaluate ({type(error).__name__}: {error})") \
+            from None
+    for field in dataclasses.fields(method.Config):
+        if hints.get(field.name) not in SETTING_TYPES:
+            raise ConfigError(f"{origin}: setting {field.name!r} has type {hints.get(field.name)!r}, which --set "
+                              f"cannot parse; a setting is an int, float, bool or str")
     return method
 
 

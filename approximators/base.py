@@ -231,9 +231,13 @@ def _parse(name: str, raw: str, kind) -> object:
             if raw.lower() in ("0", "false", "no"):
                 return False
             raise ValueError(raw)
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
-        raise ConfigError(f"--set {name}: expected a value of type {kind.__name__}, got {raw!r}") from None
+        raise ConfigError(f"--set {name}: expected a value of type {kind.__name__}, got {raw[:40]!r}"
+                          f"{'...' if len(raw) > 40 else ''}") from None
+    if kind is int and not -2**63 <= value < 2**63:  # beyond what a tensor index or count can hold
+        raise ConfigError(f"--set {name}: {len(raw)} digits is more than a 64-bit count holds")
+    return value
 
 
 @dataclass(frozen=True)

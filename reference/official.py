@@ -20,7 +20,7 @@ from bench.errors import DamagedFile, ReferenceMismatch
 from bench.formats import FormatError, read_text_matrix
 from bench.tasks import PREDICTIVE_SAMPLES, Task
 from bench.tasks.competition import cached_sha256, fetch_hint, read_manifest, repair_hint
-from reference.store import Reference
+from reference.store import Reference, checked_entry, read_array
 
 OFFICIAL_CHECKSUMS_FILE = Path(__file__).parent / "official_checksums.json"
 
@@ -63,8 +63,10 @@ def load_official_reference(task: Task) -> Reference:
     the converted array is the one the fetch wrote, and that its shape fits the task.
     """
     cache = task.data_folder.parents[1]
-    entry = read_manifest(task.name, cache)["reference"]
     refetch = repair_hint(task.name, cache)
+    entry = checked_entry(read_manifest(task.name, cache).get("reference"),
+                          ("url", "sha256", "array", "array_sha256", "key", "trust"),
+                          f"the {task.name} manifest's reference entry", refetch)
     expected = official_checksums().get(entry["url"])
     if expected is None:
         trust = TrustStore(cache)
@@ -84,7 +86,7 @@ def load_official_reference(task: Task) -> Reference:
         actual = None
     if actual != entry["array_sha256"]:
         raise ReferenceMismatch(f"reference corrupted: {path} is missing or was changed after the fetch; {refetch}")
-    array = np.load(path)
+    _, array = read_array(path, refetch)
     expected_columns = task.n_classes if entry["key"] == "probs" else PREDICTIVE_SAMPLES
     if array.shape != (task.n_test, expected_columns):
         raise ReferenceMismatch(

@@ -9,6 +9,7 @@ refuses any mismatch, so a corrupted or hand-edited reference never gets scored 
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,8 @@ def load_reference(task: Task, folder: Path | None = None, registry_path: Path |
     regenerate = f"run `python -m bench reference generate --task {task.name} --install`"
     if entry is None:
         raise ReferenceMismatch(f"reference unregistered: no registry entry for task {task.name!r}; {regenerate}")
+    entry = checked_entry(entry, ("npz_sha256", "json_sha256", "fingerprint"), f"the registry's entry for {task.name}",
+                          f"reinstall bdl-bench or {regenerate}")
     npz_path, json_path = folder / f"{task.name}.npz", folder / f"{task.name}.json"
     for path in (npz_path, json_path):
         if not path.exists():
@@ -96,11 +99,45 @@ def load_reference(task: Task, folder: Path | None = None, registry_path: Path |
                 f"reference corrupted: {path} has sha256 {actual[:16]}..., the registry expects "
                 f"{expected[:16]}...; refusing to score against it")
     metadata = read_json(json_path, "reference metadata", f"reinstall the package or {regenerate}")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("task_fingerprint"), str):
+        raise ReferenceMismatch(f"reference damaged: {json_path} holds no task fingerprint; {regenerate}")
     if entry["fingerprint"] != task.fingerprint() or metadata["task_fingerprint"] != task.fingerprint():
         raise ReferenceMismatch(
             f"reference stale: {task.name} v{task.version} (data or settings) differs from the task the "
-            f"reference was generated for (v{entry['version']}); {regenerate}")
-    with np.load(npz_path) as npz:
-        (key,) = npz.files
-        array = npz[key]
+            f"reference was generated for (v{entry.get('version', '?')}); {regenerate}")
+    key, array = read_array(npz_path, regenerate)
     return Reference(task.name, key, array, metadata, entry["npz_sha256"])
+
+
+def checked_entry(entry, fields: tuple[str, ...], where: str, advice: str) -> dict:
+    """``entry`` (a registry's or a manifest's record) if it is a dict holding every field of ``fields`` as text,
+    else one :class:`ReferenceMismatch` line naming what is missing."""
+    missing = [name for name in fields if not isinstance(entry, dict) or not isinstance(entry.get(name), str)]
+    if missing:
+        raise ReferenceMismatch(f"reference damaged: {where} lacks {', '.join(missing)}; {advice}")
+    return entry
+
+
+def read_array(path: Path, advice: str) -> tuple[str, np.ndarray]:
+    """The one finite floating-point array of a reference ``.npz`` (or ``.npy``) and its key; anything else (a
+    truncated or pickled file, several arrays, integers, NaN) is one :class:`ReferenceMismatch` line."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):  # a .npy file
+            key, array = "array", loaded
+        else:
+            with loaded:
+                if len(loaded.files) != 1:
+                    raise ReferenceMismatch(f"reference damaged: {path} holds {len(loaded.files)} arrays, not one; "
+                                            f"{advice}")
+                key = loaded.files[0]
+                array = loaded[key]
+    except ReferenceMismatch:
+        raise
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        raise ReferenceMismatch(f"reference damaged: {path} cannot be read as an array ({type(error).__name__}: "
+                                f"{' '.join(str(error).split())[:200]}); {advice}") from None
+    if array.dtype.kind != "f" or array.ndim != 2 or not np.isfinite(array).all():
+        raise ReferenceMismatch(f"reference damaged: {path} holds a {array.dtype} array of shape {array.shape}, "
+                                f"not finite floats (test points x columns); {advice}")
+    return key, array

@@ -148,3 +148,28 @@ def test_submit_verifies_a_module_method_only_with_the_method_named(tmp_path, ru
     code, text, err = run_cli("submit", out, "--db", db, "--verify", "--method", "loose_methods:Twins")
     assert code == 0, err
     assert "1 added" in text
+
+
+def test_a_setting_of_a_type_set_cannot_parse_is_refused_when_the_method_loads(tmp_path, run_cli):
+    from dataclasses import dataclass
+
+    from approximators import resolve_method
+    from approximators.map import MAP
+
+    @dataclass(frozen=True)
+    class Optional:
+        depth: int | None = None
+
+    class WithOptional(MAP):
+        name, summary, Config = "with-optional", "a setting typed int | None", Optional
+
+    with pytest.raises(ConfigError, match="setting 'depth' has type int | None, which --set cannot parse"):
+        resolve_method(WithOptional)
+
+
+@pytest.mark.parametrize("setting, message", [("batch_size=" + "9" * 400, "more than a 64-bit count"),
+                                              ("batch_size=" + "9" * 5000, "expected a value of type int")])
+def test_a_count_beyond_64_bits_is_one_line(tmp_path, run_cli, setting, message):
+    code, _, err = run_cli("--method", "sgd", "--budget", "2", "--task", "toy-gap", "--set", setting, "--out", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, message)
+    assert len(err) < 300
