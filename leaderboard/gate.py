@@ -55,6 +55,7 @@ from tabulate import tabulate
 from approximators import METHODS, get_method, resolve_config
 from bench.budget import check_budget_size
 from bench.errors import BenchError
+from bench.records import SEED_LIMIT
 from bench.runner import RunSpec, environment, run
 from bench.tasks import DEFAULT_TASKS, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
@@ -360,7 +361,38 @@ def load_baseline(path: Path) -> dict:
         raise BenchError(f"cannot read baseline {path}: {error}") from None
     if not isinstance(baseline, dict) or baseline.get("format") != BASELINE_FORMAT:
         raise BenchError(f"{path}: not a baseline file of format {BASELINE_FORMAT}; rewrite it with --update")
+    _check_configuration(baseline, path)
     return baseline
+
+
+def _check_configuration(baseline: dict, path: Path) -> None:
+    """What a baseline asks to run, range-checked before anything trains: one line naming the field (a baseline
+    is a file anyone can edit)."""
+    def refuse(what: str) -> BenchError:
+        return BenchError(f"{path}: {what}; rewrite it with `python -m bench check --update --baseline {path}`")
+
+    configuration = baseline.get("configuration")
+    if not isinstance(configuration, dict) or not all(isinstance(baseline.get(k), dict) for k in ("results", "runs")):
+        raise refuse("its configuration, results or runs are missing or not objects")
+    seeds = configuration.get("seeds")
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool)
+                                                       and 0 <= s < SEED_LIMIT for s in seeds)
+            and len(set(seeds)) == len(seeds)):
+        raise refuse(f"its seeds must be distinct whole numbers in [0, 2^63), at least one; got {str(seeds)[:80]}")
+    for field in ("methods", "tasks"):
+        names = configuration.get(field)
+        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+            raise refuse(f"its {field} must be a non-empty list of names")
+    budgets = configuration.get("budgets")
+    if not isinstance(budgets, dict) or set(budgets) != set(configuration["methods"]):
+        raise refuse("its budgets must give one budget per method")
+    for method, budget in budgets.items():
+        _checked_budget(budget, f"{path}: the budget of {method}")
+    settings = configuration.get("settings", {})
+    if not (isinstance(settings, dict) and all(isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str)
+                                                                          for k, x in v.items())
+                                               for v in settings.values())):
+        raise refuse("its settings must map each method to --set values as text")
 
 
 @dataclass(frozen=True)

@@ -317,3 +317,26 @@ def test_a_partial_update_refuses_to_leave_tasks_measured_with_another_budget(tm
                            "--methods", user_method, "--budget", "2")
     assert code == 0, err
     assert set(json.loads(path.read_text())["results"]["pair"]) == {"toy-gap", "diabetes-gap"}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("seeds", [-5, 10], "seeds must be distinct whole numbers"), ("seeds", [0, 10**30], "seeds must be distinct"),
+    ("seeds", [0.5], "seeds must be distinct"), ("seeds", [], "seeds must be distinct"),
+    ("seeds", [1, 1], "seeds must be distinct"), ("seeds", "0", "seeds must be distinct"),
+    ("methods", [], "methods must be a non-empty list"), ("tasks", [3], "tasks must be a non-empty list"),
+    ("budgets", {"sgd": 20}, "one budget per method"), ("settings", {"sgd": {"lr": 1}}, "--set values as text"),
+])
+def test_an_edited_baseline_configuration_is_one_line_before_anything_trains(tmp_path, run_cli, field, value, message):
+    baseline = json.loads(Path(BASELINE).read_text())
+    baseline["configuration"][field] = value
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", *SUBSET)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_an_edited_baseline_budget_is_range_checked(tmp_path, run_cli):
+    baseline = json.loads(Path(BASELINE).read_text())
+    baseline["configuration"]["budgets"]["sgd"] = -3
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", *SUBSET)
+    assert code == 2 and "the budget of sgd" in err, err
