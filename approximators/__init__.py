@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import re
 import typing
 
 from approximators.anchored import AnchoredEnsemble
@@ -29,6 +30,9 @@ METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace, BudgetedHMC)}
 
 
+METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+"""A method's name: it names each run's folder, so never a path (``..``), a hidden file or a terminal escape."""
+
 SETTING_TYPES = (int, float, bool, str)
 """The types a setting may have: what ``--set key=value`` parses."""
 
@@ -44,9 +48,9 @@ def _checked(method, origin: str) -> type[Approximator]:
     if missing or not dataclasses.is_dataclass(method.Config):
         raise ConfigError(f"{origin}: a method class needs a name, a summary and a dataclass Config "
                           f"({', '.join(missing) or 'Config is not a dataclass'})")
-    if not (isinstance(method.name, str) and method.name.isprintable() and 0 < len(method.name) <= 100
-            and ":" not in method.name and "/" not in method.name):
-        raise ConfigError(f"{origin}: the method's name must be 1 to 100 printable characters without ':' or '/'")
+    if not (isinstance(method.name, str) and METHOD_NAME.fullmatch(method.name)):
+        raise ConfigError(f"{origin}: the method's name must be 1 to 100 letters, digits, '.', '_', '+' or '-', "
+                          f"starting with a letter or digit (it names a folder of every run); got {method.name!r}")
     try:
         hints = typing.get_type_hints(method.Config)
     except Exception as error:  # an annotation that does not evaluate: the method's own code

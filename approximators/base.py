@@ -260,6 +260,12 @@ class Interval:
         return math.isfinite(value) and above and below
 
 
+MAX_DRAWS = 100_000
+"""The most draws a predictive may average (``samples``): each is a pass over the test set, charged to no budget, so
+the count itself is what bounds the work (30 by default; 10^5 passes of the largest test set take hours)."""
+DRAWS_BOUNDS = f"[1, {MAX_DRAWS}]"
+
+
 def settings_bounds(config_class: type) -> dict[str, Interval]:
     """Every numeric setting's :class:`Interval`: the ``BOUNDS`` of the config class and of its bases, where
     each config declares the interval of each of its numeric fields."""

@@ -25,7 +25,8 @@ def is_built_in(method: type) -> bool:
 
 def failure_line(name: str, what: str, error: BaseException) -> str:
     if isinstance(error, SystemExit):
-        return f"method {name!r} exited in its {what} (sys.exit({error.code!r})); it is the method's failure, not bdl-bench's"
+        return (f"method {name!r} exited in its {what} (sys.exit({error.code!r})); it is the method's failure, "
+                f"not bdl-bench's")
     return f"method {name!r} failed in its {what}: {type(error).__name__}: {error}"
 
 

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
-from approximators.base import (EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem,
+from approximators.base import (DRAWS_BOUNDS, EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem,
                                 member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
@@ -72,7 +72,7 @@ class LaplaceConfig(AdamConfig):
     predictive: str = "sampling"
     samples: int = 30
 
-    BOUNDS: ClassVar[dict[str, str]] = {"samples": "[1, inf)"}
+    BOUNDS: ClassVar[dict[str, str]] = {"samples": DRAWS_BOUNDS}
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"structure": STRUCTURES, "predictive": PREDICTIVES}
     """Each string setting's values (checked before any work: :func:`approximators.base.check_settings`)."""

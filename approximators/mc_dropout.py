@@ -46,7 +46,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from approximators.base import (Approximator, PredictiveAccumulator, Problem, member_generators,
+from approximators.base import (DRAWS_BOUNDS, Approximator, PredictiveAccumulator, Problem, member_generators,
                                 next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.training import AdamConfig, Members, schedule_of, train_members
@@ -72,7 +72,7 @@ class MCDropoutConfig(AdamConfig):
     sites: str = ""
     samples: int = 30
 
-    BOUNDS: ClassVar[dict[str, str]] = {"rate": "(0, 1)", "samples": "[1, inf)"}
+    BOUNDS: ClassVar[dict[str, str]] = {"rate": "(0, 1)", "samples": DRAWS_BOUNDS}
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import Approximator, Problem, mean_field_predictive, next_seed
+from approximators.base import DRAWS_BOUNDS, Approximator, Problem, mean_field_predictive, next_seed
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
@@ -73,7 +73,7 @@ class MFVIConfig:
         "min_lr": "[0, inf)",
         "map_fraction": "(0, 1)",
         "init_std": "(0, inf)",
-        "samples": "[1, inf)",
+        "samples": DRAWS_BOUNDS,
         "map_lr": "(0, inf)",
         "map_min_lr": "[0, inf)",
         "map_beta1": "[0, 1)",

@@ -8,7 +8,8 @@ E1, then ``swa_lr``); the remaining E - E1 epochs run at the constant ``swa_lr``
 ``cyclic``, a linear decay from ``lr`` to ``swa_lr`` within every collection period, the SWA
 paper's cyclical schedule), and the moments are collected at the end of every period of
 ``collect_every`` steps (0: once per epoch, as in the paper). Default ``swa_start = 161 / 300``:
-the paper's CIFAR runs collect after epoch 161 of 300 (the first snapshot at the end of the 162nd). Both phases read training data and are charged.
+the paper's CIFAR runs collect after epoch 161 of 300 (the first snapshot at the end of the 162nd). Both phases
+read training data and are charged.
 
 Moments, online (n snapshots theta_1..theta_n so far):
 
@@ -22,9 +23,9 @@ Posterior, with K = min(rank, n) deviations and Sigma_diag = max(theta2_bar - th
     swag-diag:  N(theta_bar, scale Sigma_diag)
 
 sampled in O(K d) without a d x d matrix as theta_bar + sqrt(scale) (Sigma_diag^(1/2) z1 + D z2 / sqrt(K - 1)),
-z1 ~ N(0, I_d), z2 ~ N(0, I_K). ``scale = 1/2`` is the authors' for SWAG; their
-experiments sample SWAG-Diagonal with scale 1 (``experiments/uncertainty/README.md`` of wjmaddox/swa_gaussian), and
-**deviation**: ``swag-diag`` here uses 1/2 too, so its draws have 1/sqrt(2) of the authors' spread. ``samples`` draws per run at test
+z1 ~ N(0, I_d), z2 ~ N(0, I_K). ``scale = 1/2`` is the authors' for SWAG; their experiments sample SWAG-Diagonal
+with scale 1 (``experiments/uncertainty/README.md`` of wjmaddox/swa_gaussian), and **deviation**: ``swag-diag`` here
+uses 1/2 too, so its draws have 1/sqrt(2) of the authors' spread. ``samples`` draws per run at test
 time, each one's predictive streamed into the model average. MultiSWAG trains ``runs`` (default 3)
 independent SWAG runs together, vectorised like ensemble members, and pools their samples. The
 method keeps only theta_bar, theta2_bar and D (and the SGD state while training).
@@ -51,7 +52,8 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, steps_for
+from approximators.base import (DRAWS_BOUNDS, Approximator, Footprint, PredictiveAccumulator, Problem,
+                                member_generators, steps_for)
 from approximators.training import Members
 from approximators.updates import SGD
 from bench.budget import MeteredData
@@ -84,7 +86,7 @@ class SWAGConfig:
         "collect_every": "[0, inf)",
         "rank": "[2, inf)",
         "scale": "(0, inf)",
-        "samples": "[1, inf)",
+        "samples": DRAWS_BOUNDS,
         "runs": "[1, inf)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""

@@ -51,7 +51,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from approximators import engine
-from approximators.base import Approximator, Problem, mean_field_predictive
+from approximators.base import DRAWS_BOUNDS, Approximator, Problem, mean_field_predictive
 from approximators.engine import Objective
 from approximators.per_example import gradient_moments
 from approximators.sgld import chain_generators
@@ -80,7 +80,7 @@ class VOGNConfig:
         "mc_samples": "[1, inf)",
         "tempering": "[0, 1)",
         "tau_start": "(0, 1]",
-        "samples": "[1, inf)",
+        "samples": DRAWS_BOUNDS,
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
 

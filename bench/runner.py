@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import os
 import platform
 import subprocess
@@ -25,10 +26,10 @@ import torch
 import bench
 from approximators import Approximator, Problem, method_source, resolve_config, resolve_method
 from approximators.base import check_footprint
-from approximators.boundary import users_code
+from approximators.boundary import is_built_in, users_code
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BenchError, ConfigError
+from bench.errors import BenchError, ConfigError, MethodFailed
 from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
 
@@ -132,10 +133,39 @@ def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredD
     with users_code(method, "fit"):
         approximator.fit(problem, data, torch.Generator().manual_seed(seed))
     with users_code(method, "predictive"):
-        predictive = np.asarray(approximator.predictive(), dtype=np.float64)
+        raw = approximator.predictive()
+    _check_predictive(method, raw, problem)
     with users_code(method, "report"):
         report = dict(approximator.report)
-    return predictive, report
+        size = len(json.dumps(report, default=str))
+    if size > MAX_REPORT_BYTES:
+        _method_fault(method, f"method {method.name!r}'s report is {size:,} bytes of JSON, more than the "
+                              f"{MAX_REPORT_BYTES:,} a result record keeps; report counts and settings, not arrays")
+    return np.asarray(raw, dtype=np.float64), report
+
+
+MAX_REPORT_BYTES = 2**20
+"""The most a method's report may take in its result record (as JSON): what it says about how it spent the budget,
+never its state."""
+
+
+def _check_predictive(method: type[Approximator], raw, problem: Problem) -> None:
+    """The predictive exactly as ``submit`` will check it (real numbers, the task's shape, finite, rows of
+    probabilities), before anything is written."""
+    classification = problem.kind == "classification"
+    key, width = ("probs", problem.n_classes) if classification else ("samples", problem.n_predictive_samples)
+    try:
+        metrics.validate_predictive(raw, key, (int(problem.x_test.shape[0]), width),
+                                    f"method {method.name!r}'s predictive", problem.task)
+    except metrics.MetricInputError as error:
+        _method_fault(method, str(error))
+
+
+def _method_fault(method: type[Approximator], line: str) -> None:
+    """A method that broke its contract: its own failure (exit 4), or, for a built-in one, bdl-bench's bug."""
+    if is_built_in(method):
+        raise RuntimeError(line)
+    raise MethodFailed(line)
 
 
 def execute(method: type[Approximator], config, problem: Problem, data: MeteredData,

@@ -363,6 +363,9 @@ def _open_for_reading(path: Path) -> sqlite3.Connection:
                              "or choose one with --db")
         if path.is_dir():
             raise StoreError(f"{path} is a folder, not a leaderboard database; choose the database file with --db")
+        if not path.is_file():  # a FIFO or a device would block the reader, or read forever
+            raise StoreError(f"{path} is not a regular file, so not a leaderboard database; choose the database "
+                             "file with --db")
         if not os.access(path, os.R_OK):
             raise StoreError(f"cannot read leaderboard database {path}: permission denied; ask for read access, "
                              "or copy it and choose the copy with --db")

@@ -73,3 +73,13 @@ def test_every_declared_order_of_settings_is_checked_before_any_work(method):
         resolve_config(METHODS[method], "toy-gap", {low: str(default), high: str(default)})  # equal is a constant rate
     expected = {"sgd", "de", "ae", "sae", "laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag"}
     assert bool(pairs) == (method in expected)
+
+
+@pytest.mark.parametrize("method", ["laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag", "vogn"])
+def test_predictive_draws_are_bounded_before_any_work(method):
+    """Each draw is a pass over the test set that no budget charges: the count itself is bounded."""
+    from approximators.base import MAX_DRAWS
+
+    assert resolve_config(METHODS[method], "toy-gap", {"samples": str(MAX_DRAWS)}).samples == MAX_DRAWS
+    with pytest.raises(ConfigError, match=f"samples must lie in \\[1, {MAX_DRAWS}\\]"):
+        resolve_config(METHODS[method], "toy-gap", {"samples": str(10**9)})

@@ -489,3 +489,12 @@ def test_an_older_schema_is_read_without_migrating_it(tmp_path, run_cli):
     code, out, err = run_cli("leaderboard", "--db", db, "--format", "json")
     assert code == 0 and '"method": "old-method"' in out and '"verified_seeds": 0' in out, err
     assert snapshot(db) == before, "reading migrated the database"
+
+
+def test_a_fifo_given_as_the_database_is_one_line_not_a_reader_blocked_forever(tmp_path, run_cli):
+    fifo = tmp_path / "board.sqlite"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    code, _, err = run_cli("leaderboard", "--db", fifo)
+    assert time.monotonic() - started < 5
+    assert_one_line(code, err, EXIT_BAD_INPUT, "not a regular file")

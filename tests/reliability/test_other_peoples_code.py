@@ -57,6 +57,33 @@ MODULE = textwrap.dedent('''
         def architecture_change(cls, config):
             raise TypeError("bad change")
 
+    class TenSamples(Faulty):
+        name = "ten-samples"
+        def predictive(self):
+            return super().predictive()[:, :10]
+
+    class ComplexPredictive(Faulty):
+        name = "complex-predictive"
+        def predictive(self):
+            return super().predictive() + 1j
+
+    class NotProbabilities(Faulty):
+        name = "not-probabilities"
+        def predictive(self):
+            return super().predictive() * 2
+
+    class HugeReport(Faulty):
+        name = "huge-report"
+        def fit(self, problem, data, generator):
+            super().fit(problem, data, generator)
+            self.report = {"state": [0.123456789] * 200_000}
+
+    class Parent(Faulty):
+        name = ".."
+
+    class Hidden(Faulty):
+        name = ".hidden"
+
     @dataclass(frozen=True)
     class RefusingConfig(MAPConfig):
         def __post_init__(self):
@@ -136,3 +163,24 @@ def test_a_built_in_method_s_failure_stays_a_bdl_bench_bug(tmp_path, run_cli, mo
     monkeypatch.setattr(MAP, "fit", lambda self, problem, data, generator: 1 / 0)
     code, _, err = run_cli("--method", "sgd", "--budget", "2", "--task", "toy-gap", "--out", tmp_path, "--quiet")
     assert code == 70 and "bug in bdl-bench" in err
+
+
+@pytest.mark.parametrize("cls, task, fragment", [
+    ("TenSamples", "toy-gap", "toy-gap needs samples of shape (121, 1000)"),
+    ("ComplexPredictive", "toy-gap", "expected real numbers, got dtype complex128"),
+    ("NotProbabilities", "digits", "rows must sum to 1"),
+    ("HugeReport", "toy-gap", "more than the 1,048,576 a result record keeps"),
+])
+def test_a_predictive_or_report_submit_would_refuse_is_never_written(tmp_path, run_cli, plugins, cls, task, fragment):
+    code, _, err = run_cli("--method", f"faulty_methods:{cls}", "--budget", "2", "--task", task, "--out",
+                           tmp_path / "runs", "--quiet")
+    assert_one_line(code, err, EXIT_METHOD, fragment)
+    assert not list((tmp_path / "runs").rglob("result.json")) and not list((tmp_path / "runs").rglob("*.npz"))
+
+
+@pytest.mark.parametrize("cls", ["Parent", "Hidden"])
+def test_a_method_name_that_is_not_a_folder_name_is_refused(tmp_path, run_cli, plugins, cls):
+    code, _, err = run_cli("--method", f"faulty_methods:{cls}", "--budget", "2", "--task", "toy-gap", "--out",
+                           tmp_path / "runs", "--quiet")
+    assert_one_line(code, err, 2, "the method's name must be 1 to 100 letters, digits")
+    assert not (tmp_path / "runs").exists()
