@@ -43,6 +43,20 @@ own studies (1000 epochs), and small enough that every number a method derives f
 schedule) stays a count a machine can hold. A larger budget is refused before anything is built."""
 
 
+DEFAULT_MAX_EPOCHS = 100_000
+"""The most epochs of training that ``verify``, ``check`` and ``submit --verify`` re-execute unless ``--max-epochs``
+allows more: three times the project's own gate (about 34,000 epochs of small models, some four minutes), far
+below what an edited record or baseline can claim (a budget of 10^6 epochs would train for hours)."""
+
+
+def check_planned_epochs(epochs: float, limit: float, what: str) -> None:
+    """One :class:`BudgetExhausted` line, before anything trains, when ``what`` would re-execute more than ``limit``
+    epochs."""
+    if epochs > limit:
+        raise BudgetExhausted(f"{what} would re-execute {epochs:,.0f} epochs of training, more than --max-epochs "
+                              f"{limit:,.0f}; check what it claims, or pass --max-epochs {math.ceil(epochs)} to run it")
+
+
 def check_budget_size(budget_epochs) -> float:
     """``budget_epochs`` as a float in (0, MAX_BUDGET_EPOCHS], or a one-line :class:`BudgetExhausted`."""
     if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) \

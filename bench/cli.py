@@ -12,8 +12,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench.budget import MAX_BUDGET_EPOCHS
+from bench.budget import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS, check_planned_epochs
 from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, MethodFailed, describe_failure
+from bench import records
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -66,6 +67,26 @@ def _seed(text: str) -> int:
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2^63), got {text}")
     return value
+
+
+def _add_max_epochs(parser) -> None:
+    parser.add_argument("--max-epochs", type=float, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
+                        help=f"refuse, before anything trains, to re-execute more epochs than this in all "
+                             f"(default {DEFAULT_MAX_EPOCHS:,}): records and baselines are files anyone can edit")
+
+
+def _claimed_epochs(folders) -> float:
+    """The epochs the records in ``folders`` claim (a record that cannot be read counts nothing here: re-executing
+    it refuses it in its own line)."""
+    total = 0.0
+    for folder in folders:
+        try:
+            budget = records.read_result(folder).get("budget")
+        except (BenchError, OSError, ValueError):
+            continue
+        if isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0:
+            total += budget
+    return total
 
 
 def _positive_int(text: str) -> int:
@@ -232,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "the label it was run with (`run --label`)")
     submit.add_argument("--budget", type=_budget, help="for a .zip: the declared budget in epochs")
     submit.add_argument("--seed", type=_seed, default=0, help="for a .zip: the seed (default 0)")
+    _add_max_epochs(submit)
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
                              "the leaderboard marks them verified")
@@ -240,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="re-execute finished runs under the meter and compare them with their "
                                            "records")
     verify.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder or a folder of run folders")
+    _add_max_epochs(verify)
     verify.add_argument("--method", help="the method to re-execute the runs with, for runs of a package.module:ClassName "
                                          "method (a run's record never chooses code to import)")
     _add_cache(verify)
@@ -254,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
+    _add_max_epochs(check)
     check.add_argument("--tolerance", type=float, default=None,
                        help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
                             "family-wise false-alarm rate)")
@@ -588,6 +612,11 @@ def _cmd_submit(args) -> int:
     from leaderboard import submission
 
     name = _submitter(args.name)
+    if args.verify:
+        from leaderboard.submission import run_folders
+
+        folders = run_folders([p for p in args.paths if p.suffix != ".zip"])
+        check_planned_epochs(_claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
     rows = []
     for path in args.paths:  # everything is validated, scored and verified before the store is touched
         if path.suffix == ".zip":
@@ -663,7 +692,7 @@ def _cmd_check(args) -> int:
         raise BenchError("--budget and --set choose what --update measures; a check reruns the baseline's "
                          "budgets and settings")
     report = gate.check(args.baseline, methods=args.methods, tasks=args.task, tolerance=args.tolerance,
-                        statistical=args.statistical)
+                        statistical=args.statistical, max_epochs=args.max_epochs)
     print(report.text())
     return 0 if report.passed else 1
 
@@ -672,7 +701,9 @@ def _cmd_verify(args) -> int:
     from bench.verify import verify
     from leaderboard.submission import run_folders
 
-    results = [verify(folder, args.cache, args.method) for folder in run_folders(args.paths)]
+    folders = run_folders(args.paths)
+    check_planned_epochs(_claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
+    results = [verify(folder, args.cache, args.method) for folder in folders]
     for result in results:
         print(result.line())
     failed = sum(not r.passed for r in results)

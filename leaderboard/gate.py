@@ -53,7 +53,7 @@ import scipy.stats
 from tabulate import tabulate
 
 from approximators import METHODS, get_method, resolve_config
-from bench.budget import check_budget_size
+from bench.budget import DEFAULT_MAX_EPOCHS, check_budget_size, check_planned_epochs
 from bench.errors import BenchError
 from bench.records import SEED_LIMIT
 from bench.runner import RunSpec, environment, run
@@ -543,7 +543,8 @@ def _load_gated(path: Path, name: str, source: str) -> None:
 
 
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
-          tolerance: float | None = None, statistical: bool = False) -> Report:
+          tolerance: float | None = None, statistical: bool = False,
+          max_epochs: float = DEFAULT_MAX_EPOCHS) -> Report:
     """Reruns the baseline's configuration for ``methods`` x ``tasks`` (default: all of the baseline's) and compares.
     ``methods`` by name or as the baseline's update named them (``package.module:ClassName``)."""
     baseline = load_baseline(path)
@@ -558,6 +559,8 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
         _load_gated(path, method, sources[method])
     started = time.perf_counter()
     tasks_of = {m: [t for t in tasks if t in baseline["results"][m]] for m in methods}
+    check_planned_epochs(sum(configuration["budgets"][m] * len(tasks_of[m]) for m in methods)
+                         * len(configuration["seeds"]), max_epochs, f"checking {path}")
     measured = measure(tasks_of, configuration["seeds"], configuration["budgets"], configuration.get("settings"),
                        sources)
     report = compare(baseline, measured, tolerance, statistical)

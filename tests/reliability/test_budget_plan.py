@@ -3,6 +3,10 @@ multiply what a run holds beyond the machine's memory, are refused in one line b
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 import pytest
 
 from approximators import METHODS, resolve_config
@@ -93,3 +97,28 @@ def test_a_method_without_a_batch_size_is_planned_as_one_network_without_a_sched
         name, summary, Config = "sampler", "a user's method", SamplerConfig
 
     assert Sampler(SamplerConfig()).footprint(MAX_BUDGET_EPOCHS, 10**6) == approximators_base.Footprint(1, 0)
+
+
+def test_an_edited_record_claiming_a_huge_budget_is_refused_before_verify_trains(tmp_path, run_cli):
+    assert run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--quiet")[0] == 0
+    (record,) = tmp_path.rglob("result.json")
+    result = json.loads(record.read_text())
+    result["budget"] = 1e6
+    record.write_text(json.dumps(result))
+    for command in (("verify", record.parent), ("submit", record.parent, "--verify", "--db", tmp_path / "db.sqlite")):
+        started = time.monotonic()
+        code, _, err = run_cli(*command)
+        assert time.monotonic() - started < 10
+        assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 1,000,000 epochs", "--max-epochs 1000000")
+    assert not (tmp_path / "db.sqlite").exists()
+
+
+def test_a_baseline_claiming_a_huge_budget_is_refused_before_check_trains(tmp_path, run_cli):
+    baseline = json.loads((Path(__file__).parents[2] / "benchmarks" / "baseline.json").read_text())
+    baseline["configuration"]["budgets"]["de"] = 1e6
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--methods", "de", "--task", "toy-gap")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 10,000,000 epochs")
+    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--methods", "sgd", "--task", "toy-gap",
+                           "--max-epochs", "100")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 200 epochs", "--max-epochs 200")
