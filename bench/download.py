@@ -68,6 +68,11 @@ overrides it."""
 
 DEADLINE_ENV = "BDL_BENCH_FETCH_DEADLINE_SECONDS"
 
+MIN_BYTES_PER_SECOND = 16 * 1024
+"""The slowest transfer a fetch waits for: averaged over each stall timeout's worth of seconds, a server sending less
+ends the attempt (retried, resuming), so one trickling a byte just before each stall timeout fails within
+minutes rather than at the deadline; 16 KiB/s is 1 GiB in 18 hours, far below any real link."""
+
 ANY_SOURCE_ENV = "BDL_BENCH_FETCH_ANY_SOURCE"
 """Set to 1 to fetch from URLs other than http(s) (``file://``, ``ftp://``) and follow redirects to other hosts."""
 
@@ -368,6 +373,7 @@ def _transfer(url: str, part: Path, progress, deadline: _Deadline) -> None:
         bar = progress(total=total, initial=start, desc=part.name.removesuffix(".part"))
         # read1: returns after one read from the connection, so the deadline is checked as bytes arrive.
         read = getattr(response, "read1", response.read)
+        window, window_started, window_bytes = stall_seconds(), time.monotonic(), 0
         try:
             with open(part, "ab" if start else "wb") as f:
                 for chunk in iter(lambda: read(CHUNK_BYTES), b""):
@@ -375,6 +381,13 @@ def _transfer(url: str, part: Path, progress, deadline: _Deadline) -> None:
                     bar.update(len(chunk))
                     if deadline.expired:
                         raise _DeadlinePassed()
+                    window_bytes += len(chunk)
+                    elapsed = time.monotonic() - window_started
+                    if elapsed >= window:
+                        if window_bytes < MIN_BYTES_PER_SECOND * elapsed:
+                            raise ConnectionError(f"the server sent {window_bytes} bytes in {elapsed:.1f} s, slower "
+                                                  f"than {MIN_BYTES_PER_SECOND // 1024} KiB/s")
+                        window_started, window_bytes = time.monotonic(), 0
         finally:
             bar.close()
     size = part.stat().st_size

@@ -331,6 +331,22 @@ def test_a_trickling_server_cannot_outlast_the_deadline(good, bad, cache, run_cl
     assert_fetched(cache, official_files)
 
 
+def test_a_trickling_server_ends_within_seconds_without_waiting_for_the_deadline(good, bad, cache, run_cli,
+                                                                                 monkeypatch, official_files):
+    """A byte every 0.1 s, under the default deadline of hours: slower than the throughput floor over each stall
+    window, so every attempt ends after one window and the fetch after its retries."""
+    monkeypatch.setenv(dl.STALL_ENV, "0.5")
+    bad.routes[DATA] = ("drip", 0.1)
+    started = time.monotonic()
+    code, _, err = fetch(run_cli, cache, bad.url, good.url)
+    assert time.monotonic() - started < 10, "the throughput floor ends the download, not the 4-hour deadline"
+    assert_one_line(code, err, EXIT_BAD_INPUT, bad.url + DATA, "slower than 16 KiB/s")
+    assert trusted(cache) == {} and not task_folder(TASK, cache).exists()
+    code, _, err = fetch(run_cli, cache, good.url)
+    assert code == 0, err
+    assert_fetched(cache, official_files)
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "inf"])
 def test_a_bad_time_limit_setting_is_one_line(good, cache, run_cli, monkeypatch, value):
     monkeypatch.setenv(dl.DEADLINE_ENV, value)
