@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import errno
 import math
+import os
 import shlex
 import tempfile
 import time
@@ -221,6 +223,23 @@ def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
     return by_name
 
 
+def _check_writable(path: Path) -> None:
+    """One line, before minutes of measuring, unless the baseline can be written where asked: its folder takes a
+    new file (the atomic write's temporary) and an existing baseline is writable."""
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".bdl-bench-write-test-"):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, "permission denied", str(path))
+    except FileNotFoundError:
+        raise BenchError(f"cannot write the baseline {path}: the folder {folder} does not exist; create it first") \
+            from None
+    except OSError as error:
+        raise BenchError(f"cannot write the baseline {path}: {error.strerror or error}; nothing was measured, "
+                         "choose a writable path") from None
+
+
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
            seeds: int | None = None, budgets: dict[str, float] | None = None,
            settings: dict[str, dict[str, str]] | None = None) -> dict:
@@ -235,6 +254,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     the existing file was measured with the same seeds in this environment, and each method measured again
     with the budget and settings of its tasks left as they were (else one line says what to do).
     """
+    _check_writable(Path(path))
     budgets, settings = dict(budgets or {}), dict(settings or {})
     named = [method for method in [*budgets, *settings] if method != EVERY_METHOD]
     partial = bool(methods or named or tasks)

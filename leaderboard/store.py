@@ -186,8 +186,11 @@ class Store:
             raise StoreError(f"no leaderboard database at {self.path}; submit runs first (`python -m bench submit`)")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            existing = self.path.exists() and self.path.stat().st_size > 0
             # isolation_level=None: transactions are opened explicitly, so BEGIN IMMEDIATE is honoured.
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+            if existing:
+                self._refuse_unless_ours()  # before anything that writes: a refusal must change nothing
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._migrate()
@@ -198,6 +201,17 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+    def _refuse_unless_ours(self) -> None:
+        """One line, with the file untouched, for an SQLite database that another program wrote (tables, but no
+        schema version of ours): switching it to a write-ahead log or migrating it would change it."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if (version == 0 and tables) or (version > 0 and "runs" not in tables):
+            self._db.close()
+            raise StoreError(f"{self.path} is an SQLite database of another program (tables "
+                             f"{', '.join(sorted(tables)[:5]) or 'none'}), not a bdl-bench leaderboard; choose "
+                             "another file with --db")
 
     def __enter__(self):
         return self

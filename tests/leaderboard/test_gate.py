@@ -340,3 +340,29 @@ def test_an_edited_baseline_budget_is_range_checked(tmp_path, run_cli):
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
     code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", *SUBSET)
     assert code == 2 and "the budget of sgd" in err, err
+
+
+def test_an_update_into_a_path_that_cannot_be_written_measures_nothing(tmp_path, run_cli, monkeypatch):
+    measured = []
+    monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
+    for target in (tmp_path / "missing" / "baseline.json", tmp_path / "file.txt" / "baseline.json"):
+        (tmp_path / "file.txt").write_text("not a folder")
+        code, _, err = run_cli("check", "--update", "--baseline", target, "--methods", "sgd", "--task", "toy-gap")
+        assert code == 2 and "cannot write the baseline" in err and err.count("\n") == 1, err
+    assert measured == []
+
+
+def test_a_refused_submission_leaves_another_program_s_database_untouched(tmp_path, make_run, run_cli):
+    import hashlib
+    import sqlite3
+
+    foreign = tmp_path / "theirs.sqlite"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE notes (text)")
+    db.close()
+    before = hashlib.sha256(foreign.read_bytes()).hexdigest()
+    make_run(tmp_path / "runs", "toy-gap")
+    code, _, err = run_cli("submit", tmp_path / "runs", "--db", foreign)
+    assert code == 2 and "SQLite database of another program" in err, err
+    assert hashlib.sha256(foreign.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("theirs")) == ["theirs.sqlite"]
