@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,8 @@ import numpy as np
 import torch
 
 from approximators import get_method
+from approximators.base import check_settings
+from approximators.boundary import users_code
 from bench import metrics, records
 from bench.errors import BenchError, ConfigError
 from bench.runner import environment, execute, metered
@@ -65,7 +68,31 @@ def _recorded(folder: Path) -> tuple[dict, np.ndarray]:
                            "epochs_used", "test_passes") if k not in result]
     if missing:
         raise VerificationError(f"{folder}: {records.RESULT} lacks {', '.join(missing)}")
+    kinds = {"task": str, "task_fingerprint": str, "method": str, "task_version": int, "seed": int, "config": dict,
+             "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float)}
+    wrong = [k for k, kind in kinds.items() if not isinstance(result[k], kind) or isinstance(result[k], bool)]
+    if wrong:
+        raise VerificationError(f"{folder}: {records.RESULT} holds {', '.join(wrong)} of the wrong type")
+    if not 0 <= result["seed"] < records.SEED_LIMIT:
+        raise VerificationError(f"{folder}: {records.RESULT} holds seed {str(result['seed'])[:30]}, outside [0, 2^63)")
     return result, predictions
+
+
+def _recorded_config(method, values: dict, folder: Path):
+    """The method's config from a record's values, each of its field's type and checked as ``--set`` values are
+    (bounds, choices, order), or one line."""
+    hints = typing.get_type_hints(method.Config)
+    unknown = [key for key in values if key not in hints]
+    wrong = [key for key, value in values.items() if key in hints and not (
+        isinstance(value, hints[key]) and not (isinstance(value, bool) and hints[key] is not bool)
+        or (hints[key] is float and isinstance(value, int) and not isinstance(value, bool)))]
+    if unknown or wrong:
+        raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ("
+                          f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)})")
+    with users_code(method, "settings"):
+        config = method.Config(**values)
+    check_settings(method.name, config)
+    return config
 
 
 def _distance(kind: str, a: np.ndarray, b: np.ndarray) -> float:
@@ -120,11 +147,7 @@ def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, 
         raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
                                 f"settings than this installation's version {task.version}; it cannot be re-executed")
     method = _method_of(result, folder, method)
-    try:
-        config = method.Config(**result["config"])
-    except TypeError as error:
-        raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ({error})") \
-            from None
+    config = _recorded_config(method, result["config"], folder)
     seed = result["seed"]
 
     def rerun(with_seed: int) -> tuple[np.ndarray, float, float]:

@@ -99,3 +99,17 @@ def test_a_run_made_with_another_thread_count_verifies_bitwise_with_its_own(tmp_
     verification = verify(records.run_folder(tmp_path, "diabetes-gap", "sgd", 2, 0))
     assert (verification.mode, verification.passed) == ("bitwise", True), verification.detail
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"seed": 10**23}, "outside [0, 2^63)"), ({"seed": -3}, "outside [0, 2^63)"),
+    ({"budget": "abc"}, "budget of the wrong type"), ({"config": [1]}, "config of the wrong type"),
+    ({"method": 5}, "method of the wrong type"), ({"task_version": 1.5}, "task_version of the wrong type"),
+    ({"config": {"lr": "x"}}, "of the wrong type: lr"), ({"config": {"bogus": 1}}, "unknown bogus"),
+    ({"config": {"lr": True}}, "of the wrong type: lr"), ({"config": {"lr": 0.01, "min_lr": 0.5}}, "must not exceed lr"),
+])
+def test_an_edited_record_is_one_line_before_it_is_re_executed(honest, run_cli, edit, message):
+    path = honest / records.RESULT
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    code, _, err = run_cli("verify", honest)
+    assert code == 2 and message in err and err.count("\n") == 1, err
