@@ -72,16 +72,20 @@ is then a test of the method (``tests/science/``).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
+import torch
 
 from approximators import ENTRY_POINT_GROUP, resolve_config, resolve_method
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators,
                                 member_seeds, steps_for)
 from bench.budget import BudgetMeter, MeteredData, check_budget_size
 from bench.errors import BenchError, BudgetExhausted, ConfigError, MethodFailed
+from bench.executors import usable_cores
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood, log_prior
 from bench.records import read_result
@@ -92,23 +96,39 @@ from bench.tasks.custom import make_task
 
 def run(task: str, method: str | type[Approximator], budget: float, seed: int = 0, *,
         settings: dict[str, object] | None = None, device: str = "cpu", out: str | Path = "runs",
-        label: str | None = None, force: bool = False, cache: str | Path | None = None) -> dict:
+        label: str | None = None, force: bool = False, cache: str | Path | None = None, threads: int = 1) -> dict:
     """Runs ``method`` on ``task`` for ``budget`` epochs with ``seed``, as ``python -m bench run`` does, and
     returns the result record (written to ``out/<task>/<method>/budget-<budget>/seed-<seed>/``).
 
     ``method``: a built-in's or an installed plugin's name, ``"package.module:ClassName"``, or an
     :class:`Approximator` subclass itself (one defined in a notebook, say). ``settings``: values for the
     method's config fields, as ``--set`` takes them (given as strings or as values whose ``str`` parses).
-    A finished run in the same folder is an error unless ``force``. Every failure a user can cause raises a
+    ``threads``: torch's threads while it runs (default 1, as on the command line; the caller's setting is restored
+    after). A finished run in the same folder is an error unless ``force``. Every failure a user can cause raises a
     :class:`BenchError` whose message is the one line the command line would print; a method that is not
     bdl-bench's failing in its own code raises :class:`MethodFailed` (its one line, chained to what it raised).
     """
     overrides = tuple((str(key), _setting_text(value)) for key, value in (settings or {}).items())
     call = ", ".join([f"task={task!r}", f"method={getattr(method, '__qualname__', method)!r}",
                       f"budget={budget!r}", f"seed={seed!r}", *([f"settings={settings!r}"] if settings else [])])
-    return run_spec(RunSpec(task=task, method=method, budget=budget, seed=seed, device=device, out=Path(out),
-                            overrides=overrides, force=force, cache=None if cache is None else Path(cache),
-                            label=label, command=f"bench.api.run({call})"))
+    with _torch_threads(threads):
+        return run_spec(RunSpec(task=task, method=method, budget=budget, seed=seed, device=device, out=Path(out),
+                                overrides=overrides, force=force, cache=None if cache is None else Path(cache),
+                                label=label, command=f"bench.api.run({call})"))
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's threads set to ``threads`` (a whole number from 1 to the usable cores) for the block, then restored."""
+    cores = usable_cores()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
+        raise ConfigError(f"threads must be a whole number from 1 to the {cores} usable CPU core(s), got {threads!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -126,17 +146,18 @@ class Fit:
 
 
 def fit(task: "str | Task", method: str | type[Approximator], budget: float, seed: int = 0, *,
-        settings: dict[str, object] | None = None, device: str = "cpu") -> Fit:
+        settings: dict[str, object] | None = None, device: str = "cpu", threads: int = 1) -> Fit:
     """Trains ``method`` on ``task`` (a built-in's name or a :func:`make_task` task) for ``budget`` epochs
-    under the meter with ``seed``, and returns :class:`Fit`. Nothing is scored or written. ``settings`` as
-    for :func:`run`; ``device`` where the tensors live. Failures raise as for :func:`run`."""
+    under the meter with ``seed``, and returns :class:`Fit`. Nothing is scored or written. ``settings`` and
+    ``threads`` as for :func:`run`; ``device`` where the tensors live. Failures raise as for :func:`run`."""
     method_class = resolve_method(method)
     the_task = task if isinstance(task, Task) else get_task(task)
     problem, data = metered(the_task, check_budget_size(budget), resolve_device(device))
     config = resolve_config(method_class, the_task.name,
                             {str(key): _setting_text(value) for key, value in (settings or {}).items()})
     approximator = planned(method_class, config, problem, data)
-    predictive, report = fit_and_predict(approximator, problem, data, seed)
+    with _torch_threads(threads):
+        predictive, report = fit_and_predict(approximator, problem, data, seed)
     return Fit(approximator, predictive, report, config, data.meter.epochs_used, data.meter.test_passes)
 
 

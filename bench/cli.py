@@ -69,6 +69,13 @@ def _seed(text: str) -> int:
     return value
 
 
+def _add_threads(parser) -> None:
+    parser.add_argument("--threads", type=_positive_int, default=1,
+                        help="torch threads (default 1, whatever OMP_NUM_THREADS says: on small models more threads "
+                             "spin rather than help, many times slower on a busy machine); recorded in each result, "
+                             "and seeded runs reproduce exactly at equal --threads")
+
+
 def _add_max_epochs(parser) -> None:
     parser.add_argument("--max-epochs", type=float, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
                         help=f"refuse, before anything trains, to re-execute more epochs than this in all "
@@ -129,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
+    _add_threads(run)
     run.add_argument("--method", required=True, help="method name (see `methods`)")
     run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
     run.add_argument("--task", action="append",
@@ -278,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
     _add_max_epochs(check)
+    _add_threads(check)
     check.add_argument("--tolerance", type=float, default=None,
                        help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
                             "family-wise false-alarm rate)")
@@ -736,6 +745,19 @@ def _program() -> str:
     return "bdl-bench" if Path(sys.argv[0]).name == "bdl-bench" else "python -m bench"
 
 
+def _set_threads(threads: int) -> None:
+    """torch's threads for this process: ``--threads``, at most the CPU cores this process may use."""
+    import torch
+
+    from bench.executors import usable_cores
+
+    cores = usable_cores()
+    if threads > cores:
+        raise BenchError(f"--threads {threads} is more than the {cores} CPU core(s) this process may use; the extra "
+                         "threads would only wait for each other")
+    torch.set_num_threads(threads)
+
+
 def _dispatch(argv: list[str], command_line: str) -> int:
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
@@ -744,6 +766,8 @@ def _dispatch(argv: list[str], command_line: str) -> int:
     if args.command is None:
         build_parser().print_help()
         return 2
+    if args.command in ("run", "check"):  # the commands that train in this process (sweep sets each run's own)
+        _set_threads(args.threads)
     handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
                "export-submission": _cmd_export, "reference": _cmd_reference,
                "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check,

@@ -15,6 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+import torch
+
+# The suite runs single-threaded, as every command does by default: torch's default threads spin on these small
+# models when the cores are shared (a run measured 10x slower), and the pinned results are 1-thread ones.
+torch.set_num_threads(1)
 
 
 

@@ -41,8 +41,9 @@ def test_the_contract_keeps_its_signatures():
     assert list(inspect.signature(api.PredictiveAccumulator).parameters) == ["problem", "n_members", "generator",
                                                                             "model"]
     assert list(inspect.signature(api.run).parameters) == ["task", "method", "budget", "seed", "settings", "device",
-                                                           "out", "label", "force", "cache"]
-    assert list(inspect.signature(api.fit).parameters) == ["task", "method", "budget", "seed", "settings", "device"]
+                                                           "out", "label", "force", "cache", "threads"]
+    assert list(inspect.signature(api.fit).parameters) == ["task", "method", "budget", "seed", "settings", "device",
+                                                           "threads"]
     assert list(inspect.signature(api.make_task).parameters) == ["name", "x_train", "y_train", "x_test",
                                                                  "model_factory", "likelihood", "prior_variance",
                                                                  "y_test", "description"]

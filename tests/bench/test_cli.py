@@ -195,3 +195,35 @@ def test_tasks_prints_tables_not_python_values(run_cli):
     assert code == 0
     assert "{'" not in out and "('" not in out
     assert "shifts.blur.gaussian_sigma=0.8" in out and "clean (rows 0-360)" in out
+
+
+def test_a_run_uses_one_thread_unless_told_whatever_the_caller_s_torch_says(tmp_path, run_cli):
+    import torch
+
+    from bench import records
+
+    torch.set_num_threads(2)
+    try:
+        assert run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--quiet")[0] == 0
+        result = records.read_result(records.run_folder(tmp_path, "toy-gap", "sgd", 1, 0))
+        assert result["environment"]["torch_threads"] == 1
+    finally:
+        torch.set_num_threads(1)
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path / "b",
+                           "--threads", "1000")
+    assert code == 2 and "--threads 1000 is more than" in err and not (tmp_path / "b").exists()
+
+
+def test_the_python_api_restores_the_caller_s_threads():
+    import torch
+
+    from bench import api
+
+    torch.set_num_threads(2)
+    try:
+        fitted = api.fit("toy-gap", "sgd", 1)
+        assert torch.get_num_threads() == 2 and fitted.epochs_used == 1
+        with pytest.raises(api.ConfigError, match="threads must be a whole number"):
+            api.fit("toy-gap", "sgd", 1, threads=0)
+    finally:
+        torch.set_num_threads(1)
