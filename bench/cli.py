@@ -134,16 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
         "Without a subcommand, `run` is assumed."))
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
+    parser.commands = sub.choices
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
     _add_threads(run)
     run.add_argument("--method", required=True, help="method name (see `methods`)")
     run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
-    run.add_argument("--task", action="append",
-                     help="task name (repeatable); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
+    run.add_argument("--task", action="extend", nargs="+",
+                     help="task names (--task a b, or repeated); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
                           "(the others run when named; competition tasks need `fetch` first)")
-    run.add_argument("--seed", type=_seed, action="append", dest="seeds",
-                     help="the run's seed, in [0, 2^63) (repeatable: one run per seed; default 0)")
+    run.add_argument("--seed", type=_seed, action="extend", nargs="+", dest="seeds",
+                     help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
     run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "with --update: the methods --budget and --set name, else every "
                                                      "built-in method); a name, a plugin's name or "
                                                      "package.module:ClassName")
-    check.add_argument("--task", action="append", help="task (repeatable; default: every task of the baseline, "
+    check.add_argument("--task", action="extend", nargs="+", help="tasks (--task a b, or repeated; default: every task of the baseline, "
                                                         "with --update the embedded MLP tasks; with --methods too, an "
                                                         "update adds the tasks named for those methods)")
     check.add_argument("--update", action="store_true",
@@ -332,14 +333,19 @@ def _cmd_run(args) -> int:
     if repeated:
         raise BenchError(f"--set {repeated[0]} given more than once; give each setting one value")
     seeds = list(dict.fromkeys(args.seeds or [0]))
-    runs = [(task, seed) for task in tasks for seed in seeds]
-    for task in tasks:  # fail on any bad setting or finished run before the first run trains
+    runs, earlier = [], []
+    for task in tasks:  # fail on any bad setting or conflicting run before the first run trains
         config = asdict(resolve_config(method, task, dict(args.overrides)))
         for seed in seeds:
-            records.check_unfinished(records.run_folder(args.out, task, method.name, args.budget, seed), args.force,
-                                     config)
+            folder = records.run_folder(args.out, task, method.name, args.budget, seed)
+            # The same run finished before (same configuration) is shown, not trained again, as sweep does; a
+            # finished run of another configuration is refused in one line.
+            if not args.force and records.finished_with(folder, config):
+                earlier.append(folder)
+            else:
+                runs.append((task, seed))
     resolve_device(args.device)
-    rows = []
+    rows = [_earlier_row(folder) for folder in earlier]
     with Progress(len(runs), args.quiet, f"{args.method} @ {args.budget:g} epochs") as progress:
         for task, seed in runs:
             title = run_title(task, method.name, args.budget, seed)
@@ -351,6 +357,9 @@ def _cmd_run(args) -> int:
             progress.finished(title, failed=False)
             rows.append(_summary_row(result))
     _print_tables(rows)
+    if earlier:
+        print(f"{len(earlier)} run(s) finished earlier with the same settings, shown from their records "
+              f"(--force trains them again)")
     print(f"results written under {args.out}/")
     return 0
 
@@ -400,6 +409,17 @@ def _cmd_sweep(args) -> int:
               "retry them", file=sys.stderr)
         return max(outcomes[run].exit_code for run in failed)
     return 0
+
+
+def _earlier_row(folder: Path) -> dict:
+    """The table row of a run finished earlier, from its record (one line if the record cannot show it)."""
+    from bench import records
+
+    try:
+        return _summary_row(records.read_result(folder))
+    except (KeyError, TypeError, AttributeError) as error:
+        raise BenchError(f"{folder}: its record cannot be shown ({type(error).__name__}: {error}); pass --force to "
+                         "train the run again") from None
 
 
 def _summary_row(result: dict) -> dict:
@@ -761,7 +781,10 @@ def _set_threads(threads: int) -> None:
 def _dispatch(argv: list[str], command_line: str) -> int:
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
+        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = command_line  # stored in every result record: how the run was asked for
     if args.command is None:
         build_parser().print_help()

@@ -58,9 +58,11 @@ def finished_with(folder: Path, config: dict | None = None) -> bool:
     wanted = as_recorded(config) if config is not None else None
     if wanted is not None and held != wanted:
         if not isinstance(held, dict):  # a damaged record: nothing to compare, nothing to reuse
-            raise BenchError(f"{folder} already holds a finished run; pass --force to overwrite it")
+            raise BenchError(f"{folder} already holds a finished run; pass --force (force=True from Python) to "
+                             "overwrite it")
         raise BenchError(f"{folder} already holds a finished run of another configuration ("
-                         f"{_differences(held, wanted)}); choose another --out, or pass --force to replace it")
+                         f"{_differences(held, wanted)}); choose another --out, or pass --force (force=True from "
+                         "Python) to replace it")
     return True
 
 
@@ -68,7 +70,8 @@ def check_unfinished(folder: Path, force: bool, config: dict | None = None) -> N
     """Fails if ``folder`` holds a finished run and ``force`` is off, naming what differs from ``config``
     when the configurations differ (:func:`finished_with`); changes nothing."""
     if not force and finished_with(folder, config):
-        raise BenchError(f"{folder} already holds a finished run; pass --force to overwrite it")
+        raise BenchError(f"{folder} already holds a finished run; pass --force (force=True from Python) to "
+                         "overwrite it")
 
 
 def check_writable(folder: Path, force: bool, config: dict | None = None) -> None:

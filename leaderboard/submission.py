@@ -234,6 +234,11 @@ def _check_result_ranges(result: dict, path: Path) -> None:
                                                for k, v in versions.items()):
         raise SubmissionError(f"{path}: versions must map at most {MAX_VERSIONS} names to version strings of 1 to "
                               f"{MAX_NAME_CHARS} printable characters")
+    try:  # stored and hashed as strict JSON: NaN and infinities have no place there
+        json.dumps(result["config"], allow_nan=False)
+    except ValueError:
+        raise SubmissionError(f"{path}: config holds a non-finite number (NaN or infinity), which no run "
+                              "records") from None
     source = result.get("method_source")
     if source is not None and not _printable(source, MAX_NAME_CHARS):
         raise SubmissionError(f"{path}: method_source must be null or package.module:ClassName of 1 to "

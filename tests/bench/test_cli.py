@@ -46,10 +46,11 @@ def test_finished_run_is_not_overwritten_without_force(tmp_path, run_cli):
     assert run_cli(*args)[0] == 0
     result = tmp_path / "toy-gap/sgd/budget-2/seed-0/result.json"
     before = result.read_bytes()
-    code, _, err = run_cli(*args)
-    assert code == 2 and "--force" in err and err.count("\n") == 1
+    code, out, err = run_cli(*args)
+    assert code == 0 and "finished earlier" in out, err
     assert result.read_bytes() == before
     assert run_cli(*args, "--force")[0] == 0
+    assert result.read_bytes() != before, "--force trains it again"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -227,3 +228,29 @@ def test_the_python_api_restores_the_caller_s_threads():
             api.fit("toy-gap", "sgd", 1, threads=0)
     finally:
         torch.set_num_threads(1)
+
+
+def test_seeds_and_tasks_take_several_values_as_sweep_does(tmp_path, run_cli):
+    code, out, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "diabetes-gap", "--seed", "0",
+                             "1", "--out", tmp_path, "--quiet")
+    assert code == 0, err
+    assert len(list(tmp_path.rglob("result.json"))) == 4
+
+
+def test_the_quick_start_run_again_shows_the_finished_run_instead_of_failing(tmp_path, run_cli):
+    args = ("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path, "--quiet")
+    assert run_cli(*args)[0] == 0
+    (record,) = tmp_path.rglob("result.json")
+    before = record.read_bytes()
+    code, out, err = run_cli(*args)
+    assert code == 0 and "finished earlier with the same settings" in out and "toy-gap" in out, err
+    assert record.read_bytes() == before, "not trained again"
+    code, _, err = run_cli(*args, "--set", "lr=0.02")
+    assert code == 2 and "another configuration" in err and "force=True from Python" in err
+
+
+def test_an_unknown_option_points_to_its_subcommand_s_help(run_cli):
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--bogus")
+    assert code == 2 and "see `python -m bench run --help`" in err
+    code, _, err = run_cli("leaderboard", "--bogus")
+    assert code == 2 and "see `python -m bench leaderboard --help`" in err

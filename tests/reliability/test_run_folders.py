@@ -48,11 +48,11 @@ def test_a_finished_run_of_another_configuration_is_refused_naming_both(tmp_path
     assert snapshot(tmp_path) == before
 
 
-def test_the_same_configuration_again_is_refused_and_force_replaces_it(tmp_path, run_cli):
+def test_the_same_configuration_again_is_shown_not_retrained_and_force_replaces_it(tmp_path, run_cli):
     assert run_cli(*RUN, "--budget", "2", "--out", tmp_path)[0] == 0
     before = snapshot(tmp_path)
-    code, _, err = run_cli(*RUN, "--budget", "2", "--out", tmp_path)
-    assert_one_line(code, err, EXIT_BAD_INPUT, "already holds a finished run", "--force")
+    code, out, err = run_cli(*RUN, "--budget", "2", "--out", tmp_path)
+    assert code == 0 and "finished earlier with the same settings" in out, err
     assert snapshot(tmp_path) == before
     code, _, err = run_cli(*RUN, "--budget", "2", "--out", tmp_path, "--set", "lr=0.02", "--force")
     assert code == 0, err
@@ -60,8 +60,9 @@ def test_the_same_configuration_again_is_refused_and_force_replaces_it(tmp_path,
 
 
 def test_a_finished_run_is_found_before_any_task_trains(tmp_path, run_cli):
-    """With several tasks, the second task's finished run stops the command before the first task trains."""
-    assert run_cli(*RUN, "--budget", "1", "--out", tmp_path)[0] == 0
+    """With several tasks, the second task's finished run of another configuration stops the command before the
+    first task trains."""
+    assert run_cli(*RUN, "--budget", "1", "--out", tmp_path, "--set", "lr=0.02")[0] == 0
     before = snapshot(tmp_path)
     code, _, err = run_cli("--method", "sgd", "--task", "diabetes-gap", "--task", "toy-gap", "--budget", "1",
                            "--out", tmp_path, "--quiet")
