@@ -109,4 +109,5 @@ class AnchoredEnsemble(Approximator):
                 problem.prior_variance, c.epochs, schedule_of(c), order_seeds[group],
                 anchors={n: a[group] for n, a in anchors.items()}, split=split)
             accumulator.add(trained)
+        self.report = {"members": members, "epochs_unspent": round(budget - data.meter.epochs_used, 6)}
         self._predictive = accumulator.result()

@@ -140,6 +140,9 @@ class SequentialAnchoredEnsemble(Approximator):
         groups = [list(range(chains))] if c.vectorise else [[k] for k in range(chains)]
         for group in groups:
             self._run_chains(model, problem, data, [generators[k] for k in group], members, split, accumulator)
+        # What ran, resolved from the budget where the settings say 0 (the allocation rule's choice).
+        self.report = {"chains": chains, "members_per_chain": members, "members": chains * members,
+                       "epochs_unspent": round(data.meter.budget_epochs - data.meter.epochs_used, 6)}
         self._predictive = accumulator.result()
 
     def _run_chains(self, model, problem, data, generators, members, split, accumulator) -> None:

@@ -135,3 +135,13 @@ def test_members_get_distinct_seeds_and_distinct_results(method, settings, modul
     for stacked in (call["params"], call["result"]):
         flat = layout.flatten(stacked)
         assert len({tuple(row.tolist()) for row in flat}) == k, "every member its own initialisation and result"
+
+
+def test_the_report_says_what_the_allocation_chose():
+    """chains=0 and members_per_chain=0 in the config mean "the rule's choice": the record says what ran."""
+    from bench.api import fit
+
+    sae = fit("toy-gap", "sae", 240)
+    assert (sae.config.chains, sae.config.members_per_chain) == (0, 0)
+    assert sae.report == {"chains": 2, "members_per_chain": 5, "members": 10, "epochs_unspent": 0.0}
+    assert fit("toy-gap", "ae", 250).report == {"members": 2, "epochs_unspent": 50.0}
