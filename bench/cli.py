@@ -411,6 +411,12 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
+def _shown_setting(value) -> str:
+    """A setting as a person reads it: a float to 10 significant digits (161/300 as 0.5366666667), which ``--set``
+    parses back to within 1e-10; the record keeps the exact value."""
+    return f"{value:.10g}" if isinstance(value, float) else str(value)
+
+
 def _earlier_row(folder: Path) -> dict:
     """The table row of a run finished earlier, from its record (one line if the record cannot show it)."""
     from bench import records
@@ -565,7 +571,7 @@ def _cmd_methods(args) -> int:
         rows.append({"method": method.name, "source": source, "what": method.summary, "paper": method.paper,
                      "network": "task's" if change is None else f"changed: {change}"})
         settings.append({"method": method.name, "settings" if not task else f"settings on {task}": ", ".join(
-            f"{field.name}={getattr(config, field.name)}" + ("*" if getattr(config, field.name)
+            f"{field.name}={_shown_setting(getattr(config, field.name))}" + ("*" if getattr(config, field.name)
                                                               != getattr(defaults, field.name) else "")
             for field in dataclasses.fields(config))})
     print(_wrapped(rows + broken, {"what": 50, "network": 40, "paper": 30}))

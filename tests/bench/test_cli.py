@@ -185,10 +185,12 @@ def test_methods_for_a_task_shows_the_values_a_run_there_uses(run_cli):
     line = [line for line in out.splitlines() if line.startswith("sgd ")][-1]  # the settings table's row
     for key, value in digits.items():
         marked = "*" if value != getattr(get_method("sgd").Config(), key) else ""
-        assert f"{key}={value}{marked}" in line
+        assert f"{key}={f'{value:.10g}' if isinstance(value, float) else value}{marked}" in line
     assert "batch_size=64*" in line  # digits' own default, not the class's 32
     code, out, _ = run_cli("methods", "--method", "sgd")
     assert "batch_size=32," in out
+    code, out, _ = run_cli("methods", "--method", "swag")
+    assert "swa_start=0.5366666667," in out  # 161/300, readable
 
 
 def test_tasks_prints_tables_not_python_values(run_cli):
