@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -13,8 +14,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench.budget import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS, check_planned_epochs
-from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, MethodFailed, describe_failure
 from bench import records
+from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, MethodFailed, describe_failure
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -76,8 +77,19 @@ def _add_threads(parser) -> None:
                              "and seeded runs reproduce exactly at equal --threads")
 
 
+def _epochs(text: str) -> float:
+    """A positive, finite number of epochs (``--max-epochs``: NaN would compare as no bound at all)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of epochs, got {text!r}")
+    return value
+
+
 def _add_max_epochs(parser) -> None:
-    parser.add_argument("--max-epochs", type=float, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
+    parser.add_argument("--max-epochs", type=_epochs, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
                         help=f"refuse, before anything trains, to re-execute more epochs than this in all "
                              f"(default {DEFAULT_MAX_EPOCHS:,}): records and baselines are files anyone can edit")
 
@@ -419,8 +431,6 @@ def _shown_setting(value) -> str:
 
 def _earlier_row(folder: Path) -> dict:
     """The table row of a run finished earlier, from its record (one line if the record cannot show it)."""
-    from bench import records
-
     try:
         return _summary_row(records.read_result(folder))
     except (KeyError, TypeError, AttributeError) as error:

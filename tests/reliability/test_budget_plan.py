@@ -122,3 +122,9 @@ def test_a_baseline_claiming_a_huge_budget_is_refused_before_check_trains(tmp_pa
     code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--methods", "sgd", "--task", "toy-gap",
                            "--max-epochs", "100")
     assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 200 epochs", "--max-epochs 200")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "abc"])
+def test_the_re_execution_bound_itself_is_a_positive_finite_number(tmp_path, run_cli, value):
+    code, _, err = run_cli("verify", tmp_path, "--max-epochs", value)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "--max-epochs")
