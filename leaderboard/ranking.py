@@ -1,14 +1,24 @@
-"""Grouping stored runs into tracks and ranking the methods on each.
+"""Grouping stored runs into tracks, ranking the methods on each, and summarising the ranks across tasks.
 
 A track is one task (version and reference) at one budget. An entry is one method configuration
-(method name, config hash and label) on a track, aggregated over its seeds: the mean and the sample
-standard deviation (``STD_DDOF`` = 1; undefined for a single seed), on the whole test set and on each
-test block. The store gives a configuration one label on its task (:mod:`leaderboard.store`); should a
+(method name, config hash and label) on a track, aggregated over its seeds (:func:`estimate`): the mean, the
+sample standard deviation (``STD_DDOF`` = 1), the standard error and the two-sided ``CONFIDENCE`` (95%) Student-t
+interval of the mean (n - 1 degrees of freedom; none of the three for a single seed), on the whole test set and
+on each test block. The store gives a configuration one label on its task (:mod:`leaderboard.store`); should a
 database edited by hand hold two, each is its own entry, so nothing is merged or dropped unseen.
 
-Ranking, by the primary fidelity metric (``PRIMARY``): classification by agreement with the HMC
-reference (higher is better), ties broken by total variation (lower is better); regression by the
-mean 1-D Wasserstein-2 distance to the reference's predictive (lower is better).
+Ranking, by the primary fidelity metrics (``PRIMARY``): classification by agreement with the HMC reference
+(higher is better), then total variation (lower is better); regression by the mean 1-D Wasserstein-2 distance
+to the reference's predictive (lower is better). The seeds decide, not the means alone (:func:`rank_entries`):
+an entry's rank is 1 + the number of entries on its track that are significantly better than it, so entries
+that the seeds cannot tell apart share a rank (shown ``=1``). Entry A is significantly better than B when A is
+ahead in the order of the means (:func:`rank_key`: the first primary metric, then the next) and Welch's
+two-sided t-test at level 1 - ``CONFIDENCE`` tells them apart in A's favour on the first primary metric on which
+it tells them apart at all (:func:`significantly_better`). Each pair is tested at that level, without a
+correction for the number of pairs. Only an entry ahead can be better, so the entry with the best means is
+always ranked 1, and two metrics cannot make A better than B, B than C and C than A. An entry within the
+reference's noise floor (:func:`within_noise_floor`) is as good as the reference can tell, so no entry counts as
+better than it.
 """
 
 from __future__ import annotations
@@ -18,10 +28,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.stats
 
 from leaderboard.store import OVERALL_BLOCK, RunRow
 
 STD_DDOF = 1
+CONFIDENCE = 0.95
+"""The level of the seeds' t-intervals shown; 1 - CONFIDENCE is the level of the test that separates two entries."""
+INTERVAL_RULE = (f"the mean over seeds ± the half-width of its {CONFIDENCE:.0%} Student-t interval (n - 1 degrees of "
+                 "freedom; n=1: one seed, no interval)")
+RANK_RULE = ("rank: 1 + the entries significantly better, that is ahead in the means and told apart in their favour "
+             f"by Welch's two-sided t-test at level {1 - CONFIDENCE:.0%} on the first primary metric that tells them "
+             "apart (each pair at that level); entries the seeds cannot tell apart share a rank, marked =; an entry "
+             "within the noise floor is ranked 1")
+FLOOR_RULE = (f"within floor: the reference's noise floor lies within or beyond the entry's {CONFIDENCE:.0%} interval "
+              "on each primary metric, so the entry is as good as the reference can tell")
+"""The rules above in words, for the tables' explanations and the JSON document."""
+ROUND_OFF = 1e-12
+"""Two means closer than this x max(1, |mean|) are one number summed in two ways (``[0.1] * 3`` averages to
+0.1 + 1.4e-17), not a difference a test could find."""
 
 HIGHER_IS_BETTER = {"agreement", "accuracy", "log_likelihood", "competition_w"}
 """Every other metric (total_variation, w1, w2, nll, ece, rmse) is better when lower."""
@@ -42,6 +67,52 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
     array = np.asarray(values, dtype=np.float64)
     std = float(array.std(ddof=STD_DDOF)) if len(array) > STD_DDOF else None
     return float(array.mean()), std
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A metric's mean over ``n`` seeds, with the sample standard deviation (``STD_DDOF``), the standard error of
+    the mean (std / sqrt(n)) and the half-width of its two-sided ``CONFIDENCE`` Student-t interval (n - 1
+    degrees of freedom); the last three are None for a single seed, which measures no spread."""
+
+    mean: float
+    n: int
+    std: float | None
+    se: float | None
+    half_width: float | None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.half_width is None else (self.mean - self.half_width, self.mean + self.half_width)
+
+
+def _t_quantile(degrees_of_freedom: float) -> float:
+    """The two-sided ``CONFIDENCE`` quantile of Student's t."""
+    return float(scipy.stats.t.ppf(0.5 + CONFIDENCE / 2, degrees_of_freedom))
+
+
+def estimate(values: list[float]) -> Estimate:
+    mean, std = mean_std(values)
+    if std is None:
+        return Estimate(mean, len(values), None, None, None)
+    se = std / math.sqrt(len(values))
+    return Estimate(mean, len(values), std, se, _t_quantile(len(values) - 1) * se)
+
+
+def significantly_different(a: Estimate, b: Estimate) -> bool:
+    """Welch's two-sided t-test of equal means at level 1 - ``CONFIDENCE`` (Welch-Satterthwaite degrees of freedom).
+
+    An estimate from one seed has no spread to test with, so it cannot be told apart from any other; means equal
+    up to ``ROUND_OFF`` are equal; two estimates without spread (every seed gave the same value) differ exactly when
+    their means do."""
+    if a.se is None or b.se is None or abs(a.mean - b.mean) <= ROUND_OFF * max(1.0, abs(a.mean), abs(b.mean)):
+        return False
+    variance = a.se ** 2 + b.se ** 2
+    if variance == 0:
+        return a.mean != b.mean
+    share_a, share_b = a.se ** 2 / variance, b.se ** 2 / variance  # shares, so that tiny errors cannot underflow
+    degrees_of_freedom = 1 / (share_a ** 2 / (a.n - 1) + share_b ** 2 / (b.n - 1))
+    return abs(a.mean - b.mean) > _t_quantile(degrees_of_freedom) * math.sqrt(variance)
 
 
 @dataclass
@@ -72,6 +143,12 @@ class Entry:
     """How the method changed the task's network (it then approximates another posterior than the reference's)."""
     shares_method: bool = False
     """The task's tracks hold other configurations of this method (set by :func:`tracks`)."""
+    rank: int = 0
+    """1 + how many entries of the track are significantly better (set by :func:`rank_entries`)."""
+    tied: bool = False
+    """Another entry of the track shares the rank."""
+    within_floor: bool | None = None
+    """Within the reference's noise floor on every primary metric it publishes (None: it publishes none)."""
 
     @property
     def identity(self) -> tuple[str, str, str | None]:
@@ -83,8 +160,8 @@ class Entry:
         configurations)."""
         return self.label is None and self.shares_method
 
-    def summary(self, metric: str) -> tuple[float, float | None]:
-        return mean_std(self.metrics[metric])
+    def estimate(self, metric: str) -> Estimate:
+        return estimate(self.metrics[metric])
 
     def add(self, row: RunRow) -> None:
         self.seeds.append(row.seed)
@@ -138,7 +215,50 @@ class Track:
 
 
 def rank_key(kind: str, entry: Entry) -> tuple[float, ...]:
-    return tuple(-entry.summary(m)[0] if higher_is_better(m) else entry.summary(m)[0] for m in PRIMARY[kind])
+    """The entry's primary means, each oriented so that smaller is better: the order within a rank."""
+    return tuple(-entry.estimate(m).mean if higher_is_better(m) else entry.estimate(m).mean for m in PRIMARY[kind])
+
+
+def significantly_better(kind: str, a: Entry, b: Entry) -> bool:
+    """Whether the seeds show ``a`` better than ``b``: on the first primary metric (of those both have) that
+    :func:`significantly_different` tells them apart on, ``a``'s mean is the better one. (:func:`rank_entries`
+    asks it only of an ``a`` ahead of ``b`` in the order of the means.)"""
+    for metric in PRIMARY[kind]:
+        if metric in a.metrics and metric in b.metrics:
+            mean_a, mean_b = a.estimate(metric), b.estimate(metric)
+            if significantly_different(mean_a, mean_b):
+                return (mean_a.mean > mean_b.mean) == higher_is_better(metric)
+    return False
+
+
+def within_noise_floor(track: Track, entry: Entry) -> bool | None:
+    """Whether ``entry`` is as good as the reference can tell: on every primary metric whose noise floor the
+    reference publishes, the floor is not better than the entry's ``CONFIDENCE`` interval's better end (its mean,
+    for a single seed), so the seeds cannot show it worse than two halves of the reference are from each other.
+    None where the reference publishes no floor for any primary metric."""
+    verdicts = []
+    for metric in PRIMARY[track.kind]:
+        floor = track.floor(metric)
+        if floor is None or metric not in entry.metrics:
+            continue
+        value = entry.estimate(metric)
+        reach = value.half_width or 0.0
+        verdicts.append(value.mean + reach >= floor if higher_is_better(metric) else value.mean - reach <= floor)
+    return all(verdicts) if verdicts else None
+
+
+def rank_entries(track: Track) -> None:
+    """Sets each entry's :attr:`~Entry.rank` (1 + the entries ahead of it in the order of the means that are
+    significantly better, none counting as better than one within the noise floor), :attr:`~Entry.tied` and
+    :attr:`~Entry.within_floor`, and orders the entries by rank, then by their means (:func:`rank_key`)."""
+    track.entries.sort(key=lambda entry: rank_key(track.kind, entry))
+    for place, entry in enumerate(track.entries):
+        entry.within_floor = within_noise_floor(track, entry)
+        entry.rank = 1 if entry.within_floor else 1 + sum(
+            significantly_better(track.kind, ahead, entry) for ahead in track.entries[:place])
+    for entry in track.entries:
+        entry.tied = sum(other.rank == entry.rank for other in track.entries) > 1
+    track.entries.sort(key=lambda entry: entry.rank)  # stable: by the means within a rank
 
 
 def primary_description(kind: str) -> str:
@@ -146,7 +266,7 @@ def primary_description(kind: str) -> str:
 
 
 def tracks(rows: list[RunRow]) -> list[Track]:
-    """Rows grouped into tracks (by task, version, reference, budget), entries ranked best first."""
+    """Rows grouped into tracks (by task, version, reference, budget), entries ranked (:func:`rank_entries`)."""
     grouped: dict[tuple, Track] = {}
     for row in rows:
         track_key = (row.task, row.task_version, row.reference_sha256, row.budget)
@@ -160,7 +280,7 @@ def tracks(rows: list[RunRow]) -> list[Track]:
             track.entries.append(entry)
         entry.add(row)
     for track in grouped.values():
-        track.entries.sort(key=lambda entry: rank_key(track.kind, entry))
+        rank_entries(track)
     ordered = sorted(grouped.values(), key=lambda t: (t.task, t.task_version, t.budget))
     for task_tracks in by_task(ordered).values():
         entries = [entry for track in task_tracks for entry in track.entries]
@@ -176,6 +296,67 @@ def by_task(all_tracks: list[Track]) -> dict[tuple, list[Track]]:
     for track in all_tracks:
         grouped.setdefault((track.task, track.task_version, track.reference_sha256), []).append(track)
     return grouped
+
+
+@dataclass
+class Standing:
+    """One method configuration's places on the tasks it ran at one budget (:func:`standings`)."""
+
+    budget: float
+    places: list[tuple[Track, Entry]] = field(default_factory=list)
+    """(track, the configuration's entry on it), one per task, in the tracks' order."""
+
+    @property
+    def entry(self) -> Entry:
+        """Its entry on the first of its tasks: its name there is its name on every one (:func:`entry_name`)."""
+        return self.places[0][1]
+
+    @property
+    def tasks(self) -> int:
+        return len(self.places)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [entry.rank for _, entry in self.places]
+
+    @property
+    def mean_rank(self) -> float:
+        return float(np.mean(self.ranks))
+
+    @property
+    def firsts(self) -> int:
+        """On how many of its tasks it is ranked 1 (alone or tied)."""
+        return self.ranks.count(1)
+
+    @property
+    def within_floor(self) -> int:
+        """On how many of its tasks it is within the reference's noise floor."""
+        return sum(bool(entry.within_floor) for _, entry in self.places)
+
+    @property
+    def floors(self) -> int:
+        """On how many of its tasks the reference publishes a noise floor of a primary metric."""
+        return sum(entry.within_floor is not None for _, entry in self.places)
+
+
+def standings(all_tracks: list[Track]) -> list[Standing]:
+    """The summary across tasks: at each budget that two or more tasks hold, each method configuration (by the name
+    the tables give it: method and label, or its shown config hash) with its rank on each of those tasks it ran.
+    Ordered by budget, then mean rank, then the number of first ranks (more first), then name."""
+    by_budget: dict[float, list[Track]] = {}
+    for track in all_tracks:
+        by_budget.setdefault(track.budget, []).append(track)
+    found: list[Standing] = []
+    for budget, budget_tracks in sorted(by_budget.items()):
+        if len(budget_tracks) < 2:
+            continue
+        named: dict[tuple, Standing] = {}
+        for track in budget_tracks:
+            for entry in track.entries:
+                key = (entry.method, entry.label, entry.config_hash if entry.hash_shown else None)
+                named.setdefault(key, Standing(budget)).places.append((track, entry))
+        found.extend(sorted(named.values(), key=lambda s: (s.mean_rank, -s.firsts, entry_name(s.entry))))
+    return found
 
 
 CHANGED_NETWORK_MARK = "\u2020"

@@ -1,20 +1,24 @@
 """The leaderboard as Markdown, CSV, JSON, or one self-contained HTML page with embedded SVG plots.
 
-Every format shows, per track (task at a budget), the ranked method configurations with the mean and
-standard deviation over seeds of every metric, the seed count, the reference's noise floor as the
-ceiling row, and the cost: epochs used and wall-clock seconds (means over seeds); then the same statistics
-on each test block (clean and shifted parts of the test set), with the noise floor of each. An entry that
-changed the task's network (MC dropout) is marked and footnoted, and carries ``architecture_change`` in CSV
-and JSON.
+Every format shows, per track (task at a budget), the ranked method configurations (:mod:`leaderboard.ranking`:
+entries the seeds cannot tell apart share a rank, marked ``=``) with the mean over seeds of every metric and its
+95% Student-t interval (none for a single seed, shown ``n=1``), the seed count, whether the entry is within the
+reference's noise floor, the noise floor as the ceiling row, and the cost: epochs used and wall-clock seconds
+(means over seeds); then the same statistics on each test block (clean and shifted parts of the test set), with
+the noise floor of each. An entry that changed the task's network (MC dropout) is marked and footnoted, and
+carries ``architecture_change`` in CSV and JSON. Where two or more tasks share a budget, a summary across tasks
+comes first: each method configuration's mean rank over those tasks, the range of its ranks, and on how many it
+is ranked 1 and within the noise floor (:func:`ranking.standings`).
 
 An entry is named by its method, then in parentheses its label where the submitter gave one, else its short
 config hash where the task holds other configurations of the method (:func:`ranking.entry_name`). Markdown
 and the page explain each hash they show (a legend: what the configuration changes from the method's
-defaults, :mod:`leaderboard.configs`) and list the submitters' notes; CSV and JSON carry the label, the
-config hash and the notes in their own fields.
+defaults, :mod:`leaderboard.configs`) and list each distinct submitter's note once, with the entries it came
+with; CSV and JSON carry the label, the config hash and the notes in their own fields.
 
 In the page's plots each method keeps one colour on every plot (from its place among the page's sorted
-method names), and each configuration of a method on a task its own marker shape.
+method names), and each configuration of a method on a task its own marker shape; the y axis is logarithmic
+where the plotted means span more than a decade (:func:`svg.log_scale_wanted`).
 
 Stored text (method and task names, labels, submitters, devices, notes, block names, config hashes and
 configurations) came from submitters, so every format escapes it for its reader: :func:`csv_text` for
@@ -35,16 +39,24 @@ from tabulate import tabulate
 
 from leaderboard import configs, reliability, svg
 from leaderboard.ranking import (
+    CONFIDENCE,
+    FLOOR_RULE,
+    INTERVAL_RULE,
     PRIMARY,
+    RANK_RULE,
     STD_DDOF,
+    Entry,
+    Standing,
     Track,
     by_task,
     changed_network_notes,
     entry_label,
     entry_name,
+    estimate,
     higher_is_better,
     mean_std,
     primary_description,
+    standings,
     tracks,
 )
 from leaderboard.store import OVERALL_BLOCK, RunRow
@@ -115,9 +127,19 @@ def md_text(text: str) -> str:
     return printable_text(text).translate(_MARKDOWN_ESCAPES)
 
 
-def _mean_std_text(values: list[float]) -> str:
-    mean, std = mean_std(values)
-    return f"{mean:.4f}" if std is None else f"{mean:.4f} ± {std:.4f}"
+def _estimate_text(values: list[float]) -> str:
+    """The mean and the half-width of its interval (:func:`ranking.estimate`), or the mean and ``n=1``."""
+    value = estimate(values)
+    return f"{value.mean:.4f} (n=1)" if value.half_width is None else f"{value.mean:.4f} ± {value.half_width:.4f}"
+
+
+def _rank_text(entry: Entry) -> str:
+    """The entry's rank, ``=``-prefixed where another entry of its track shares it."""
+    return f"={entry.rank}" if entry.tied else str(entry.rank)
+
+
+def _floor_text(within: bool | None) -> str:
+    return "n/a" if within is None else ("yes" if within else "no")
 
 
 def _optional_mean(values: list[float]) -> float | None:
@@ -125,9 +147,10 @@ def _optional_mean(values: list[float]) -> float | None:
 
 
 def _explanation(kind: str) -> str:
-    return (f"Ranked by {primary_description(kind)}; mean ± standard deviation over seeds (ddof = {STD_DDOF}, "
-            "seed count in the seeds column); the first row is the reference's noise floor: two HMC references "
-            "from disjoint halves of the chains compared with each other")
+    return (f"Ranked by {primary_description(kind)}. Each value is {INTERVAL_RULE}; the seed count is in the seeds "
+            f"column. {RANK_RULE[0].upper()}{RANK_RULE[1:]}. {FLOOR_RULE[0].upper()}{FLOOR_RULE[1:]}. The first row "
+            "is the reference's noise floor: two HMC references from disjoint halves of the chains compared with "
+            "each other")
 
 
 def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
@@ -135,12 +158,13 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
     names = track.metric_names
     floor = {"rank": "", "method": FLOOR_ROW, "seeds": "",
              **{quote(m): ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
-             "epochs used": "", "verified": "", "wall s": "", "device": "", "submitted by": ""}
+             "within floor": "", "epochs used": "", "verified": "", "wall s": "", "device": "", "submitted by": ""}
     rows = [floor]
-    for rank, entry in enumerate(track.entries, start=1):
+    for entry in track.entries:
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
-        rows.append({"rank": rank, "method": entry_label(entry, quote), "seeds": len(entry.seeds),
-                     **{quote(m): _mean_std_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
+        rows.append({"rank": _rank_text(entry), "method": entry_label(entry, quote), "seeds": len(entry.seeds),
+                     **{quote(m): _estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
+                     "within floor": _floor_text(entry.within_floor),
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
                      "verified": f"{entry.verified}/{len(entry.seeds)}",
                      "wall s": "" if wall is None else f"{wall:.1f}",
@@ -162,10 +186,10 @@ def _block_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
         rows.append({"block": quote(block), "rank": "", "method": FLOOR_ROW,
                      **{quote(m): ("n/a" if track.floor(m, block) is None else f"{track.floor(m, block):.4f}")
                         for m in names}})
-        for rank, entry in enumerate(track.entries, start=1):
+        for entry in track.entries:
             values = entry.metrics_by_block.get(block, {})
-            rows.append({"block": quote(block), "rank": rank, "method": entry_label(entry, quote),
-                         **{quote(m): _mean_std_text(values[m]) if values.get(m) else "" for m in names}})
+            rows.append({"block": quote(block), "rank": _rank_text(entry), "method": entry_label(entry, quote),
+                         **{quote(m): _estimate_text(values[m]) if values.get(m) else "" for m in names}})
     return rows
 
 
@@ -181,9 +205,47 @@ def _configuration_legend(track: Track, quote: Callable[[str], str] = str) -> li
             for e in track.entries if e.hash_shown]
 
 
-def _notes(track: Track, quote: Callable[[str], str] = str) -> list[tuple[str, str]]:
-    """(name, note) for each distinct note of each entry of ``track``."""
-    return [(entry_name(e, quote), quote(note)) for e in track.entries for note in sorted(e.notes)]
+EVERY_ENTRY = "every entry"
+
+
+def _notes(all_tracks: list[Track], quote: Callable[[str], str] = str,
+           quote_note: Callable[[str], str] | None = None) -> list[tuple[str, str]]:
+    """(where it applies, note) for each distinct note of the board, once (a sweep's note is every entry's): where
+    is :data:`EVERY_ENTRY` if the note came with every entry of the board, else per track the entries it came with
+    (all of the track's as :data:`EVERY_ENTRY`). ``quote`` escapes stored text (names, the task), ``quote_note``
+    the note (default ``quote``)."""
+    holders: dict[str, dict[int, list[Entry]]] = {}
+    for index, track in enumerate(all_tracks):
+        for entry in track.entries:
+            for note in entry.notes:
+                holders.setdefault(note, {}).setdefault(index, []).append(entry)
+    every = sum(len(track.entries) for track in all_tracks)
+    items = []
+    for note, by_track in sorted(holders.items()):
+        if sum(len(entries) for entries in by_track.values()) == every:
+            where = EVERY_ENTRY
+        else:
+            where = "; ".join(f"{_heading(all_tracks[index], quote)}: " + (
+                EVERY_ENTRY if len(entries) == len(all_tracks[index].entries)
+                else ", ".join(entry_name(e, quote) for e in entries)) for index, entries in by_track.items())
+        items.append((where, (quote_note or quote)(note)))
+    return items
+
+
+SUMMARY_HEADING = "Summary across tasks"
+SUMMARY_EXPLANATION = ("Per budget held by two or more tasks: each method configuration's rank on each task it ran "
+                       "(as in the task's table: 1 + the entries significantly better), their mean and range (best "
+                       "to worst), on how many of those tasks it is ranked 1, alone or tied, and on how many within "
+                       "the reference's noise floor (of those whose reference publishes one). Tasks differ in their "
+                       "number of entries, and a method is ranked only on the tasks it ran")
+
+
+def _summary_rows(found: list[Standing], quote: Callable[[str], str] = str) -> list[dict]:
+    """The summary across tasks (``quote``: as for :func:`_display_rows`)."""
+    return [{"budget": f"{s.budget:g}", "method": entry_name(s.entry, quote), "tasks": s.tasks,
+             "mean rank": f"{s.mean_rank:.2f}", "ranks": f"{min(s.ranks)}–{max(s.ranks)}",
+             "ranked 1": f"{s.firsts}/{s.tasks}",
+             "within floor": "n/a" if s.floors == 0 else f"{s.within_floor}/{s.floors}"} for s in found]
 
 
 def _markdown_list(items: list[tuple[str, str]]) -> str:
@@ -207,6 +269,11 @@ def markdown(all_tracks: list[Track]) -> str:
     hold stored text start with text of ours (a table's ``|``, a list item's ``- **``), so none can become a
     heading, a quote or a link definition."""
     parts = []
+    found = standings(all_tracks)
+    if found:
+        parts.append(f"## {SUMMARY_HEADING}\n\n{SUMMARY_EXPLANATION}.\n")
+        parts.append(tabulate(_summary_rows(found, md_text), headers="keys", tablefmt="github",
+                              disable_numparse=True) + "\n")
     for track in all_tracks:
         parts.append(f"## {_heading(track, md_text)}\n\n{_explanation(track.kind)}.\n")
         parts.append(tabulate(_display_rows(track, md_text), headers="keys", tablefmt="github",
@@ -216,51 +283,84 @@ def markdown(all_tracks: list[Track]) -> str:
             parts.append(f"{BLOCKS_EXPLANATION}.\n")
             parts.append(tabulate(_block_rows(track, md_text), headers="keys", tablefmt="github",
                                   disable_numparse=True) + "\n")
-        legend, notes = _configuration_legend(track, md_text), _notes(track, md_text)
+        legend = _configuration_legend(track, md_text)
         if legend:
             parts.append(f"{_legend_intro(track, md_text)}:\n\n" + _markdown_list(legend))
-        if notes:
-            parts.append("Notes:\n\n" + _markdown_list(notes))
+    notes = _notes(all_tracks, md_text)
+    if notes:
+        parts.append("Notes, each once, after where it applies:\n\n" + _markdown_list(notes))
     return "\n".join(parts)
 
 
-def _summary(values: list[float]) -> dict:
-    mean, std = mean_std(values)
-    return {"mean": mean, "std": std, "values": values}
+def _statistics(values: list[float]) -> dict:
+    """A metric over seeds for JSON: the values (in seed order), n, mean, std, standard error, the interval."""
+    value = estimate(values)
+    return {"mean": value.mean, "n": value.n, "std": value.std, "se": value.se,
+            "ci": None if value.interval is None else list(value.interval), "values": values}
+
+
+def _summary_json(found: list[Standing]) -> list[dict]:
+    return [{"budget": s.budget, "method": s.entry.method, "label": s.entry.label,
+             "config_hash": s.entry.config_hash if s.entry.hash_shown else None, "tasks": s.tasks,
+             "mean_rank": s.mean_rank, "best_rank": min(s.ranks), "worst_rank": max(s.ranks),
+             "ranked_first": s.firsts, "within_noise_floor_tasks": s.within_floor, "noise_floors_published": s.floors,
+             "ranks": [{"task": t.task, "task_version": t.task_version, "rank": e.rank, "tied": e.tied}
+                       for t, e in s.places]} for s in found]
 
 
 def as_json(all_tracks: list[Track]) -> str:
     document = {
         "std_ddof": STD_DDOF,
+        "confidence": CONFIDENCE,
+        "interval": f"ci: {INTERVAL_RULE}",
+        "rank_rule": RANK_RULE,
+        "noise_floor_rule": FLOOR_RULE,
         "ranked_by": {kind: list(metrics) for kind, metrics in PRIMARY.items()},
+        "summary": _summary_json(standings(all_tracks)),
         "tracks": [{
             "task": t.task, "task_version": t.task_version, "kind": t.kind, "budget": t.budget,
             "reference_sha256": t.reference_sha256, "noise_floor": t.noise_floor, "blocks": t.blocks,
             "entries": [{
-                "rank": rank, "method": e.method, "label": e.label, "config_hash": e.config_hash, "config": e.config,
+                "rank": e.rank, "tied": e.tied, "within_noise_floor": e.within_floor, "method": e.method,
+                "label": e.label, "config_hash": e.config_hash, "config": e.config,
                 "source": e.source, "architecture_change": e.architecture_change, "seeds": e.seeds,
-                "metrics": {m: _summary(values) for m, values in e.metrics.items()},
-                "metrics_by_block": {block: {m: _summary(values) for m, values in metrics.items()}
+                "metrics": {m: _statistics(values) for m, values in e.metrics.items()},
+                "metrics_by_block": {block: {m: _statistics(values) for m, values in metrics.items()}
                                      for block, metrics in e.metrics_by_block.items()},
                 "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
                 "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": sorted(e.devices),
                 "submitters": sorted(e.submitters), "notes": sorted(e.notes),
-            } for rank, e in enumerate(t.entries, start=1)],
+            } for e in t.entries],
         } for t in all_tracks],
     }
     return json.dumps(document, indent=2) + "\n"
 
 
+STATISTICS = ("mean", "se", "ci_low", "ci_high")
+"""Per metric in CSV: the mean over seeds, its standard error and its interval (:func:`ranking.estimate`)."""
+SUMMARY_COLUMNS = ("tasks", "mean_rank", "best_rank", "worst_rank", "ranked_first", "within_noise_floor_tasks",
+                   "noise_floors_published")
+
+
+def _flag(value: bool | None) -> int | None:
+    """A yes/no cell as 1 or 0 (a spreadsheet's number; ``True`` would be written as text), None as empty."""
+    return None if value is None else int(value)
+
+
 def as_csv(all_tracks: list[Track]) -> str:
-    """Per track and block (``all``, the whole test set, first, then each test block): one noise-floor line and one
-    line per entry; ``<metric>_mean`` / ``<metric>_std`` columns. Several notes of an entry are one per line.
+    """Rows of two sections (the ``section`` column): ``summary``, one row per :class:`ranking.Standing` (task and
+    block empty; the ``SUMMARY_COLUMNS``); then ``track``, per track and block (``all``, the whole test set, first,
+    then each test block) one noise-floor line and one line per entry: its rank, ``tied`` and
+    ``within_noise_floor`` (1 or 0; empty where no floor is published), the seeds (``seeds`` their count,
+    ``seed_ids`` which), per metric the ``STATISTICS`` columns. Several notes of an entry are one per line.
 
     Safe to open in a spreadsheet: numbers are written as numbers (unquoted), every text cell is quoted and goes
     through :func:`csv_text` (each element of a ``;``-joined list too), so no stored text runs as a formula."""
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
-    header = ["task", "task_version", "budget", "block", "rank", "method", "label", "config_hash",
-              "architecture_change", "seeds", *[f"{m}_{stat}" for m in names for stat in ("mean", "std")],
-              "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices", "submitters", "notes"]
+    header = ["section", "task", "task_version", "budget", "block", "rank", "tied", "method", "label", "config_hash",
+              "architecture_change", "seeds", "seed_ids", *[f"{m}_{stat}" for m in names for stat in STATISTICS],
+              "within_noise_floor", "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices",
+              "submitters", "notes", *SUMMARY_COLUMNS]
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow([csv_text(name) for name in header])
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC, restval="")
@@ -268,18 +368,28 @@ def as_csv(all_tracks: list[Track]) -> str:
     def write(cells: dict) -> None:
         writer.writerow({name: _csv_cell(value) for name, value in cells.items()})
 
+    for s in standings(all_tracks):
+        write({"section": "summary", "budget": _csv_number(s.budget), "method": s.entry.method, "label": s.entry.label,
+               "config_hash": s.entry.config_hash if s.entry.hash_shown else None, "tasks": s.tasks,
+               "mean_rank": s.mean_rank, "best_rank": min(s.ranks), "worst_rank": max(s.ranks),
+               "ranked_first": s.firsts, "within_noise_floor_tasks": s.within_floor,
+               "noise_floors_published": s.floors})
     for t in all_tracks:
         for block in (OVERALL_BLOCK, *t.blocks):
-            track_cells = {"task": t.task, "task_version": t.task_version, "budget": _csv_number(t.budget),
-                           "block": block}
+            track_cells = {"section": "track", "task": t.task, "task_version": t.task_version,
+                           "budget": _csv_number(t.budget), "block": block}
             write({**track_cells, "method": FLOOR_ROW, **{f"{m}_mean": t.floor(m, block) for m in t.metric_names}})
-            for rank, e in enumerate(t.entries, start=1):
+            for e in t.entries:
                 metrics = e.metrics if block == OVERALL_BLOCK else e.metrics_by_block.get(block, {})
-                cells = {f"{m}_{stat}": value for m, values in metrics.items()
-                         for stat, value in zip(("mean", "std"), mean_std(values))}
-                write({**track_cells, "rank": rank, "method": e.method, "label": e.label,
+                cells = {}
+                for m, values in metrics.items():
+                    value = estimate(values)
+                    low, high = value.interval or (None, None)
+                    cells.update(zip((f"{m}_{stat}" for stat in STATISTICS), (value.mean, value.se, low, high)))
+                write({**track_cells, "rank": e.rank, "tied": _flag(e.tied), "method": e.method, "label": e.label,
                        "config_hash": e.config_hash, "architecture_change": e.architecture_change,
-                       "seeds": len(e.seeds), **cells,
+                       "seeds": len(e.seeds), "seed_ids": ";".join(str(seed) for seed in e.seeds), **cells,
+                       "within_noise_floor": _flag(e.within_floor),
                        "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
                        "wall_seconds_mean": _optional_mean(e.wall_seconds),
                        "devices": ";".join(csv_text(d) for d in sorted(e.devices)),
@@ -300,15 +410,16 @@ def _styles(task_tracks: list[Track], methods: list[str]) -> dict[tuple, svg.Sty
 
 
 def _fidelity_charts(task_tracks: list[Track], styles: dict[tuple, svg.Style]) -> list[str]:
-    """Per primary metric: mean ± std against budget (log scale), one line per method configuration."""
+    """Per primary metric: the mean and its interval against budget (log scale), one line per method configuration;
+    the y axis logarithmic where the means span more than a decade."""
     first = task_tracks[0]
     entries = {e.identity: e for t in task_tracks for e in t.entries}
     charts = []
     for metric in PRIMARY[first.kind]:
         series = []
         for identity, style in styles.items():
-            points = tuple((t.budget, *e.summary(metric)) for t in task_tracks for e in t.entries
-                           if e.identity == identity and metric in e.metrics)
+            points = tuple((t.budget, e.estimate(metric).mean, e.estimate(metric).half_width) for t in task_tracks
+                           for e in t.entries if e.identity == identity and metric in e.metrics)
             series.append(svg.Series(entry_label(entries[identity]), points, style))
         floor = first.floor(metric)
         if floor is not None:
@@ -332,7 +443,7 @@ def _reliability_chart(track: Track, styles: dict[tuple, svg.Style]) -> str | No
     else:
         title, x_label, y_label = "quantile coverage", "predictive quantile level", "fraction of targets below it"
     return svg.line_chart(f"{track.task}, budget {track.budget:g}: reliability ({title})", [*series, svg.diagonal()],
-                          x_label, y_label, x_range=(0.0, 1.0), y_range=(0.0, 1.0))
+                          x_label, y_label, x_range=(0.0, 1.0), y_range=(0.0, 1.0), y_scale="linear")
 
 
 STYLE = """
@@ -356,6 +467,11 @@ def html_page(all_tracks: list[Track]) -> str:
     """One HTML file with inline CSS and SVG: no script, no external resource."""
     methods = sorted({e.method for t in all_tracks for e in t.entries})
     body = []
+    found = standings(all_tracks)
+    if found:
+        body.append(f'<section id="summary"><h2>{SUMMARY_HEADING}</h2><p>{escape(SUMMARY_EXPLANATION)}.</p>'
+                    + tabulate(_summary_rows(found, printable_text), headers="keys", tablefmt="html",
+                               disable_numparse=True) + "</section>")
     for (task, version, _), task_tracks in by_task(all_tracks).items():
         styles = _styles(task_tracks, methods)
         charts = _fidelity_charts(task_tracks, styles)
@@ -374,12 +490,12 @@ def html_page(all_tracks: list[Track]) -> str:
                 body.append(tabulate(_block_rows(track, printable_text), headers="keys", tablefmt="html",
                                      disable_numparse=True))
             legend = _configuration_legend(track, html_text)
-            notes = _notes(track, lambda text: escape(printable_lines(text)))
             if legend:
                 body.append(f"<p>{_legend_intro(track, html_text)}:</p>" + _html_list(legend))
-            if notes:
-                body.append("<p>Notes:</p>" + _html_list(notes, "notes"))
         body.append("</section>")
+    notes = _notes(all_tracks, html_text, lambda text: escape(printable_lines(text)))
+    if notes:
+        body.append("<h2>Notes</h2><p>Each note once, after where it applies:</p>" + _html_list(notes, "notes"))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>bdl-bench leaderboard</title>"
             f"<style>{STYLE}</style></head><body><h1>bdl-bench leaderboard</h1>"
             "<p>How close each approximate inference method gets to the HMC reference posterior under an epoch "

@@ -25,6 +25,12 @@ TICK_CHAR_WIDTH = 7.0
 """Room taken by one character of an 11 px tick label: digits are 6 to 6.5 px wide in common sans-serif fonts."""
 TICK_LABEL_GAP = 6.0
 TICK_ROW_HEIGHT = 13
+LOG_SCALE_SPAN = 10.0
+"""``y_scale="auto"`` draws a log y axis when the plotted values are positive and the largest is more than this
+many times the smallest: a linear axis would flatten the small values (those near the noise floor) onto one line."""
+LOG_TICK_STEPS = ((1, 2, 5), (1, 3), (1,))
+"""Ticks within each decade of a log axis, the first that gives at most ``MAX_LOG_TICKS`` ticks."""
+MAX_LOG_TICKS = 9
 LEGEND_CHARS = 22
 """Legend entries longer than this are cut (the whole name is in their tooltip): the legend column is 170 px."""
 
@@ -77,6 +83,23 @@ def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
 
 
+def _log_ticks(low: float, high: float) -> list[float]:
+    """Ticks at 1, 2 and 5 times each power of ten in [low, high] (fewer per decade when the span is wide), each a
+    round number that reads as written (``0.05``, ``0.1``, ``1``), at least two."""
+    for steps in LOG_TICK_STEPS:
+        powers = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+        ticks = [float(f"{step}e{power}") for power in powers for step in steps]
+        ticks = [tick for tick in ticks if low * (1 - 1e-9) <= tick <= high * (1 + 1e-9)]
+        if len(ticks) <= MAX_LOG_TICKS:
+            break
+    return ticks if len(ticks) >= 2 else [low, high]
+
+
+def log_scale_wanted(values: list[float]) -> bool:
+    """Whether ``y_scale="auto"`` draws ``values`` on a log axis (:data:`LOG_SCALE_SPAN`)."""
+    return bool(values) and min(values) > 0 and max(values) > LOG_SCALE_SPAN * min(values)
+
+
 def x_tick_rows(positions: list[float], labels: list[str]) -> list[int]:
     """The row (0: next to the axis) of each x tick label, for ticks in ascending ``positions`` (pixels): each label
     takes the first row where it clears the last label placed there, so every tick keeps its label and no two
@@ -105,19 +128,31 @@ def _shortened(name: str) -> str:
 
 
 def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log_x: bool = False,
-               x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None) -> str:
+               x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None,
+               y_scale: str = "auto") -> str:
     """An SVG ``<svg>`` element: one line per series, error bars, axes with ticks, a legend on the right.
 
     On a log x axis (budgets) there is a tick at every x present, each labelled (:func:`x_tick_rows`; the chart
-    grows downwards by a row where labels would otherwise overlap)."""
+    grows downwards by a row where labels would otherwise overlap). ``y_scale``: ``"linear"``, ``"log"`` or
+    ``"auto"`` (log where :func:`log_scale_wanted` says so of the points' y values, never with a ``y_range``); a
+    log axis says so in its label, has ticks at round numbers (:func:`_log_ticks`), and an error bar's end at or
+    below zero is drawn to the bottom of the plot."""
     xs = [p[0] for s in series if not s.full_width for p in s.points]
+    centres = [p[1] for s in series for p in s.points]
+    log_y = y_scale == "log" or (y_scale == "auto" and y_range is None and log_scale_wanted(centres))
+    if log_y and min(centres) <= 0:
+        raise ValueError("a log y axis needs positive values")
     ys = [v for s in series for p in s.points for v in
-          ((p[1],) if p[2] is None else (p[1] - p[2], p[1] + p[2]))]
+          ((p[1],) if p[2] is None else (p[1] - p[2], p[1] + p[2])) if not log_y or v > 0]
     x_low, x_high = x_range or (min(xs), max(xs))
     y_low, y_high = y_range or (min(ys), max(ys))
+    y_transform = math.log10 if log_y else float
     if y_range is None:
-        pad = 0.08 * (y_high - y_low or abs(y_high) or 1.0)
-        y_low, y_high = y_low - pad, y_high + pad
+        low, high = y_transform(y_low), y_transform(y_high)
+        pad = 0.08 * (high - low or abs(high) or 1.0)
+        y_low, y_high = (10 ** (low - pad), 10 ** (high + pad)) if log_y else (y_low - pad, y_high + pad)
+    if log_y:
+        y_label = f"{y_label} (log scale)"
     transform = math.log10 if log_x else float
     tx_low, tx_high = transform(x_low), transform(x_high)
     if tx_high == tx_low:
@@ -129,7 +164,9 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
         return MARGIN_LEFT + (transform(x) - tx_low) / (tx_high - tx_low) * plot_w
 
     def py(y: float) -> float:
-        return MARGIN_TOP + (y_high - y) / (y_high - y_low) * plot_h
+        if log_y and y <= 0:  # an error bar's end: the bar runs to the bottom of the plot
+            return float(plot_bottom)
+        return MARGIN_TOP + (y_transform(y_high) - y_transform(y)) / (y_transform(y_high) - y_transform(y_low)) * plot_h
 
     x_ticks = sorted(set(xs)) if log_x else _nice_ticks(x_low, x_high)
     x_tick_labels = [f"{x:g}" for x in x_ticks]
@@ -144,7 +181,7 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
         parts.append(f'<line x1="{px(x):.1f}" y1="{plot_bottom}" x2="{px(x):.1f}" y2="{plot_bottom + 4 + drop}" '
                      f'class="axis"/><text x="{px(x):.1f}" y="{plot_bottom + 16 + drop}" class="tick" '
                      f'text-anchor="middle">{text}</text>')
-    for y in _nice_ticks(y_low, y_high):
+    for y in (_log_ticks if log_y else _nice_ticks)(y_low, y_high):
         parts.append(f'<line x1="{MARGIN_LEFT}" y1="{py(y):.1f}" x2="{MARGIN_LEFT + plot_w}" y2="{py(y):.1f}" '
                      f'class="grid"/><text x="{MARGIN_LEFT - 6}" y="{py(y) + 4:.1f}" class="tick" '
                      f'text-anchor="end">{y:.4g}</text>')

@@ -121,8 +121,9 @@ def test_page_loads_cleanly_and_shows_tables_and_plots(browser, tmp_path, make_r
         page.write_text(html_page(ranking.tracks(db.runs())))
     browser.load(page.as_uri())
     assert browser.problems() == []
-    # per track its table, and per digits track (two budgets) the table of its test blocks
-    assert browser.evaluate("document.querySelectorAll('table').length") == 6
+    # the summary across tasks (two tasks at each budget), per track its table, and per digits track (two budgets)
+    # the table of its test blocks
+    assert browser.evaluate("document.querySelectorAll('table').length") == 7
     headers = browser.evaluate("[...document.querySelectorAll('th')].map(th => th.textContent.trim())")
     assert {"agreement", "total_variation", "w2", "seeds", "epochs used"} <= set(headers)
     assert browser.evaluate("document.body.innerText").count("HMC noise floor") >= 4

@@ -1,4 +1,4 @@
-"""`python -m bench leaderboard`: ranking, mean ± std over seeds, the noise-floor row, every format."""
+"""`python -m bench leaderboard`: ranking, the mean and its interval over seeds, the noise-floor row, every format."""
 
 import csv
 import dataclasses
@@ -30,18 +30,18 @@ def board(tmp_path, db_path, make_run, run_cli):
     return db_path
 
 
-def test_markdown_ranks_by_agreement_with_mean_std_and_floor_row(board, run_cli):
+def test_markdown_ranks_by_agreement_with_mean_interval_and_floor_row(board, run_cli):
     code, out, _ = run_cli("leaderboard", "--task", "digits", "--budget", "10")
     assert code == 0
     lines = [line for line in out.splitlines() if line.startswith("|")]
     assert "HMC noise floor" in lines[2] and "0.9965" in lines[2]
     assert "| 1 " in lines[3] and "good" in lines[3] and "| 3 " in lines[3]
     assert "| 2 " in lines[4] and "poor" in lines[4]
-    assert "ddof = 1" in out and "agreement (higher is better), then total_variation" in out
+    assert "95% Student-t interval" in out and "agreement (higher is better), then total_variation" in out
     with Store(board) as db:
-        good = [r.metrics["all"]["agreement"] for r in db.runs("digits", 10.0) if r.method == "good"]
-    mean, std = ranking.mean_std(good)
-    assert f"{mean:.4f} ± {std:.4f}" in lines[3]
+        good = [r.metrics["all"]["total_variation"] for r in db.runs("digits", 10.0) if r.method == "good"]
+    value = ranking.estimate(good)
+    assert f"{value.mean:.4f} ± {value.half_width:.4f}" in lines[3]
     assert "budget 100" not in out and "toy-gap" not in out
 
 
@@ -71,7 +71,7 @@ def test_single_seed_has_no_std_and_missing_floor_is_stated(board):
         rows = db.runs("toy-gap")
     rows = [dataclasses.replace(r, noise_floor=None) for r in rows]
     table = [line for line in render(rows, "md").splitlines() if line.startswith("|")]
-    assert "n/a" in table[2] and " ± " not in "".join(table)
+    assert "n/a" in table[2] and " ± " not in "".join(table) and "(n=1)" in table[3]
 
 
 def test_html_escapes_submitter_text(board):
@@ -186,7 +186,7 @@ def test_the_legend_says_what_each_shown_hash_changes_from_the_defaults(configur
     for name, change in expected.items():
         assert f"- **{name}**: {change}\n" in markdown_page
         assert f"<li>{name}: {html_escape(change)}</li>" in html
-    legend = markdown_page.split("in this installation:")[1].split("Notes:")[0]
+    legend = markdown_page.split("in this installation:")[1].split("Notes,")[0]
     assert legend.count("- **") == 5 and "fast lr" not in legend and "sgd" not in legend, "labelled entries need none"
 
 
@@ -209,8 +209,9 @@ def test_a_legend_runs_no_module_a_stored_name_names_and_never_fails(monkeypatch
 
 def test_notes_are_shown_escaped_and_exported(configurations, run_cli):
     markdown_page, html = run_cli("leaderboard")[1], run_cli("leaderboard", "--format", "html")[1]
-    assert "- **sgd (tuned)**: first \\| try &lt;b&gt; second line\n" in markdown_page
-    assert "<li>sgd (tuned): first | try &lt;b&gt;\nsecond line</li>" in html and "<b>" not in html
+    assert "- **every entry**: first \\| try &lt;b&gt; second line\n" in markdown_page
+    assert markdown_page.count("first \\| try") == 1, "a note every entry came with is shown once"
+    assert "<li>every entry: first | try &lt;b&gt;\nsecond line</li>" in html and "<b>" not in html
     entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
     assert all(e["notes"] == ["first | try <b>\nsecond line"] for e in entries)
     rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
@@ -222,25 +223,26 @@ def test_every_format_shows_each_test_block(board, run_cli):
     with Store(board) as db:
         good = [r for r in db.runs("digits", 10.0) if r.method == "good"]
     floor = good[0].noise_floor
-    tv = {block: ranking.mean_std([r.metrics[block]["total_variation"] for r in good]) for block in blocks}
+    tv = {block: ranking.estimate([r.metrics[block]["total_variation"] for r in good]) for block in blocks}
     markdown_page = run_cli("leaderboard", "--task", "digits", "--budget", "10")[1]
     for block in blocks:
-        assert f"| {block} " in markdown_page and f"{tv[block][0]:.4f} ± {tv[block][1]:.4f}" in markdown_page
+        shown = f"{tv[block].mean:.4f} ± {tv[block].half_width:.4f}"
+        assert f"| {block} " in markdown_page and shown in markdown_page
     html = run_cli("leaderboard", "--format", "html", "--task", "digits", "--budget", "10")[1]
-    assert set(blocks) <= set(html_cells(html)) and f"{tv['blur'][0]:.4f} ± {tv['blur'][1]:.4f}" in html
+    assert set(blocks) <= set(html_cells(html)) and f"{tv['blur'].mean:.4f} ± {tv['blur'].half_width:.4f}" in html
     rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
     digits10 = [r for r in rows if r["task"] == "digits" and r["budget"] == "10"]
     assert [r["block"] for r in digits10 if r["method"] == "HMC noise floor"] == ["all", *blocks]
     for block in blocks:
         line = next(r for r in digits10 if r["block"] == block and r["method"] == "good")
-        assert float(line["total_variation_mean"]) == pytest.approx(tv[block][0])
+        assert float(line["total_variation_mean"]) == pytest.approx(tv[block].mean)
         floor_line = next(r for r in digits10 if r["block"] == block and r["method"] == "HMC noise floor")
         assert float(floor_line["agreement_mean"]) == pytest.approx(floor[block]["agreement"])
     track = next(t for t in json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"]
                  if t["task"] == "digits" and t["budget"] == 10)
     assert track["blocks"] == blocks
     by_block = track["entries"][0]["metrics_by_block"]
-    assert list(by_block) == blocks and by_block["blur"]["total_variation"]["mean"] == pytest.approx(tv["blur"][0])
+    assert list(by_block) == blocks and by_block["blur"]["total_variation"]["mean"] == pytest.approx(tv["blur"].mean)
 
 
 def series_colours(page: str) -> list[tuple[str, str]]:

@@ -30,7 +30,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from bench.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
@@ -190,7 +190,8 @@ def shown(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text).strip()
 
 
-MARKDOWN_LINE_STARTS = ("## ", "|", "- **", "Ranked by ", "Per test block: ", "Notes:", "\u2020 ")
+MARKDOWN_LINE_STARTS = ("## ", "|", "- **", "Ranked by ", "Per test block: ", "Per budget held by ",
+                        "Notes, each once", "\u2020 ")
 """How every non-empty line of the Markdown board starts: with text of ours, never with stored text."""
 
 
@@ -311,6 +312,40 @@ def test_html_page_and_its_svg_escape_text_attributes_and_titles(method, task, s
     if notes:
         assert "\n".join(printable(line) for line in notes.split("\n")) in parser.text
     assert not any(ch in parser.text for ch in "\x1b\u202e\u2066")
+
+
+# --- the summary across tasks and the notes, where stored text from several tracks meets --------------------------
+
+@PROPERTY
+@given(method=texts, other=texts, label=labels, task=texts, notes=texts)
+def test_the_summary_and_the_notes_escape_stored_text_in_every_format(method, other, label, task, notes):
+    """Two tasks at one budget (so the board has a summary across tasks), two methods of stored names, one with a
+    note: the summary's and the notes' rows add no column, row, line, element or formula."""
+    assume(task != "toy-gap" and method != other)
+
+    def rows(method, other, label, task, notes):
+        return [run_row(seed, method=method, label=label, task=task, notes=notes) for seed in (0, 1)] + [
+            run_row(seed, method=other, task="toy-gap") for seed in (0, 1)] + [
+            run_row(seed, method=method, label=label, task="toy-gap", config_hash="c0ffee01") for seed in (0, 1)]
+
+    stored, plain = rows(method, other, label, task, notes), rows("x", "y", label and "x", "x", "x" if notes else "")
+    out, expected = render(stored, "md"), render(plain, "md")
+    assert out.splitlines()[0] == "## Summary across tasks"
+    assert len(out.splitlines()) == len(expected.splitlines())
+    assert all(line.startswith(MARKDOWN_LINE_STARTS) for line in out.splitlines() if line)
+    assert [unescaped(line, "|") for line in out.splitlines() if line.startswith("|")] == [
+        unescaped(line, "|") for line in expected.splitlines() if line.startswith("|")]
+    assert "<" not in out and unescaped(out, "`") == 0 and unescaped(out, "[") == 0 and unescaped(out, "$") == 0
+    page, plain_page = parsed(render(stored, "html")), parsed(render(plain, "html"))
+    # (the tasks' sections may come in another order than the plain board's: the same elements, not their order)
+    assert sorted(page.tags) == sorted(plain_page.tags) and set(page.tags) <= PAGE_TAGS
+    assert page.attributes <= PAGE_ATTRIBUTES
+    assert page.sections[0] == "summary"
+    header, records = read_csv(render(stored, "csv"))
+    summary = [dict(zip(header, r)) for r in records if r[0] == "summary"]
+    assert len(summary) == 2 and all(len(r) == len(header) for r in records)
+    assert all(isinstance(cell, float) or not cell.startswith(FORMULA_STARTS) for r in records for cell in r)
+    assert {r["method"] for r in summary} == {neutralised(method), neutralised(other)}
 
 
 # --- reading: locks, read-only files and folders, damaged and missing databases ---------------------------------

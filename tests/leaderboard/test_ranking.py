@@ -1,0 +1,334 @@
+"""The leaderboard's statistics: intervals over seeds, ranks the seeds can support (ties shared and marked in every
+format), the noise floor, the summary across tasks, the log axis, and each note once.
+
+The statistics are checked against SciPy's own implementations (``scipy.stats.sem``, ``t.interval``, Welch's
+``ttest_ind(equal_var=False)``), not against a second copy of ours."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import warnings
+
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from leaderboard import ranking, svg
+from leaderboard.render import render
+from leaderboard.store import RunRow
+
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FLOOR = 0.01
+"""The noise floor of W2 the rows below publish (unless told otherwise)."""
+
+
+def rows_of(method: str, w2: list[float], task: str = "toy-gap", budget: float = 10.0, notes: str = "",
+            floor: float | None = FLOOR, label: str | None = None) -> list[RunRow]:
+    """One regression run per value of ``w2`` (seeds 0, 1, ...), as a database would hold them."""
+    return [RunRow(
+        task=task, task_version=1, task_fingerprint="f", task_kind="regression", method=method, budget=budget,
+        seed=seed, reference_sha256="r", config_hash="c0ffee00", config={}, source="run", predictions_sha256=f"p{seed}",
+        epochs_used=budget, test_passes=1.0, wall_seconds=0.5, device="cpu", versions={},
+        noise_floor=None if floor is None else {"all": {"w2": floor}}, reliability=None, submitter="alice",
+        notes=notes, finished_at=None, submitted_at="2025-01-01T00:00:00+00:00",
+        metrics={"all": {"w2": value, "w1": value / 2}}, label=label) for seed, value in enumerate(w2)]
+
+
+def around(mean: float, std: float) -> list[float]:
+    """Three seeds with exactly this mean and sample standard deviation (ddof 1)."""
+    return [mean - std, mean, mean + std]
+
+
+# --- the interval of a mean -----------------------------------------------------------------------------------
+
+seed_values = st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=12)
+
+
+@PROPERTY
+@given(seed_values)
+def test_the_interval_is_scipys_student_t_interval_of_the_mean(values):
+    value = ranking.estimate(values)
+    assert value.n == len(values) and value.mean == pytest.approx(np.mean(values), abs=1e-9)
+    assert value.se == pytest.approx(scipy.stats.sem(values), rel=1e-9, abs=1e-12)  # ddof = 1
+    if value.se > 0:
+        low, high = scipy.stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=scipy.stats.sem(values))
+        assert value.interval == pytest.approx((low, high), rel=1e-9, abs=1e-9)
+
+
+def test_one_seed_has_no_interval_and_says_n_1():
+    value = ranking.estimate([0.25])
+    assert (value.mean, value.n, value.std, value.se, value.half_width, value.interval) == (0.25, 1, None, None, None,
+                                                                                            None)
+    table = "".join(line for line in render(rows_of("a", [0.25]), "md").splitlines() if line.startswith("|"))
+    assert "0.2500 (n=1)" in table and " ± " not in table
+
+
+# --- Welch's test and the ranks -------------------------------------------------------------------------------
+
+@PROPERTY
+@given(seed_values, seed_values)
+def test_two_entries_differ_exactly_when_welchs_test_rejects_at_5_percent(a, b):
+    assume(np.std(a) > 1e-6 and np.std(b) > 1e-6)
+    p = scipy.stats.ttest_ind(a, b, equal_var=False).pvalue
+    assume(abs(p - 0.05) > 1e-6)  # not on the boundary, where round-off may decide
+    assert ranking.significantly_different(ranking.estimate(a), ranking.estimate(b)) == (p < 0.05)
+
+
+def test_the_same_value_in_every_seed_is_one_mean_whatever_the_seed_count():
+    """Seven seeds of W2 0.1 average to 0.09999999999999999 with a spread of 1.5e-17: without the round-off rule,
+    Welch's test told them apart from two seeds of exactly 0.1."""
+    assert not ranking.significantly_different(ranking.estimate([0.1] * 2), ranking.estimate([0.1] * 7))
+    assert ranking.significantly_different(ranking.estimate([0.1] * 2), ranking.estimate([0.1 + 1e-9] * 7))
+
+
+def test_the_issues_example_is_a_tie_marked_in_every_format():
+    """0.1032 ± 0.0022 and 0.1036 ± 0.0019 (sample standard deviations, 3 seeds): Welch's p is 0.82, a tie."""
+    rows = rows_of("best", around(0.1032, 0.0022)) + rows_of("close", around(0.1036, 0.0019)) + rows_of(
+        "far", around(0.2, 0.002))
+    table = [line for line in render(rows, "md").splitlines() if line.startswith("| =") or line.startswith("| 3")]
+    assert [line.split("|")[1:3] for line in table] == [[" =1     ", " best            "],
+                                                        [" =1     ", " close           "],
+                                                        [" 3      ", " far             "]]
+    entries = json.loads(render(rows, "json"))["tracks"][0]["entries"]
+    assert [(e["method"], e["rank"], e["tied"]) for e in entries] == [("best", 1, True), ("close", 1, True),
+                                                                      ("far", 3, False)]
+    low, high = entries[0]["metrics"]["w2"]["ci"]
+    assert (low + high) / 2 == pytest.approx(0.1032) and (high - low) / 2 == pytest.approx(
+        scipy.stats.t.ppf(0.975, 2) * 0.0022 / math.sqrt(3))
+    records = [r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["rank"]]
+    assert [(r["method"], r["rank"], r["tied"]) for r in records] == [("best", "1", "1"), ("close", "1", "1"),
+                                                                      ("far", "3", "0")]
+    assert float(records[0]["w2_se"]) == pytest.approx(0.0022 / math.sqrt(3))
+    cells = [re.findall(r"<td>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", render(rows, "html"))]
+    assert [(c[0].strip(), c[1].strip()) for c in cells if len(c) > 2 and c[0].strip()] == [
+        ("=1", "best"), ("=1", "close"), ("3", "far")]
+
+
+def test_entries_the_seeds_tell_apart_keep_their_own_ranks():
+    rows = rows_of("a", around(0.10, 0.001)) + rows_of("b", around(0.12, 0.001)) + rows_of("c", around(0.14, 0.001))
+    entries = ranking.tracks(rows)[0].entries
+    assert [(e.method, e.rank, e.tied) for e in entries] == [("a", 1, False), ("b", 2, False), ("c", 3, False)]
+
+
+def test_a_single_seed_cannot_be_told_apart_nor_push_others_down():
+    rows = rows_of("a", around(0.10, 0.001)) + rows_of("one", [0.11]) + rows_of("b", around(0.30, 0.001))
+    entries = ranking.tracks(rows)[0].entries
+    assert [(e.method, e.rank, e.tied) for e in entries] == [("a", 1, True), ("one", 1, True), ("b", 2, False)]
+
+
+def welch_better(a: list[float], b: list[float]) -> bool:
+    """SciPy's answer to whether seeds ``a`` show a lower W2 than seeds ``b`` (means equal up to round-off are
+    equal: ``ranking.ROUND_OFF``)."""
+    if len(a) < 2 or len(b) < 2 or abs(np.mean(a) - np.mean(b)) <= 1e-12:
+        return False
+    if np.var(a) == 0 and np.var(b) == 0:
+        return np.mean(a) < np.mean(b)
+    with warnings.catch_warnings():  # SciPy warns of seeds equal up to round-off, whose spread it then computes
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return scipy.stats.ttest_ind(a, b, equal_var=False).pvalue < 0.05 and np.mean(a) < np.mean(b)
+
+
+entry_values = st.lists(st.sampled_from([0.10, 0.11, 0.12, 0.13, 0.15, 0.2, 0.3]), min_size=1, max_size=4)
+"""W2 over 1-4 seeds from a small set of values, so that equal means, zero spread and single seeds all occur."""
+
+
+@PROPERTY
+@given(st.lists(entry_values, min_size=1, max_size=6))
+def test_each_rank_is_one_plus_the_entries_welchs_test_shows_better(board):
+    """No noise floor: rank = 1 + the entries with a better mean that Welch's test (SciPy's) tells apart; the best
+    mean is ranked 1; entries sharing a rank are all marked tied; the table is in rank order."""
+    rows = [row for index, values in enumerate(board) for row in rows_of(f"m{index}", values, floor=None)]
+    entries = ranking.tracks(rows)[0].entries
+    values = {f"m{index}": v for index, v in enumerate(board)}
+    for entry in entries:
+        better = [other for other in entries if welch_better(values[other.method], values[entry.method])]
+        assert entry.rank == 1 + len(better), (entry.method, [e.method for e in better])
+        assert entry.tied == (sum(other.rank == entry.rank for other in entries) > 1)
+        assert entry.within_floor is None
+    assert entries[0].rank == 1 and min(np.mean(v) for v in board) == np.mean(values[entries[0].method])
+    assert [e.rank for e in entries] == sorted(e.rank for e in entries)
+
+
+def test_classification_ties_on_agreement_are_decided_by_total_variation():
+    def rows(method, agreement, tv):
+        return [RunRow(task="digits", task_version=1, task_fingerprint="f", task_kind="classification",
+                       method=method, budget=10.0, seed=seed, reference_sha256="r", config_hash="c", config={},
+                       source="run", predictions_sha256=f"p{seed}", epochs_used=10.0, test_passes=1.0,
+                       wall_seconds=1.0, device="cpu", versions={}, noise_floor=None, reliability=None,
+                       submitter="a", notes="", finished_at=None, submitted_at="now",
+                       metrics={"all": {"agreement": a, "total_variation": t}})
+                for seed, (a, t) in enumerate(zip(agreement, tv))]
+
+    agreement_ahead, agreement_behind = [0.96, 0.97, 0.98], [0.95, 0.96, 0.97]  # Welch's p = 0.29: no difference
+    entries = ranking.tracks(rows("sharper", agreement_ahead, around(0.05, 0.001))
+                             + rows("blurred", agreement_behind, around(0.20, 0.001)))[0].entries
+    assert [(e.method, e.rank) for e in entries] == [("sharper", 1), ("blurred", 2)], "total variation decides"
+    # Only an entry ahead in the means can be better: where total variation favours the entry behind on agreement,
+    # the evidence conflicts, and the two share the rank.
+    entries = ranking.tracks(rows("sharper", agreement_behind, around(0.05, 0.001))
+                             + rows("blurred", agreement_ahead, around(0.20, 0.001)))[0].entries
+    assert [(e.method, e.rank, e.tied) for e in entries] == [("blurred", 1, True), ("sharper", 1, True)]
+
+
+# --- the noise floor ------------------------------------------------------------------------------------------
+
+def test_an_entry_within_the_noise_floor_is_ranked_first_beside_better_means():
+    """At W2 0.0120 ± 0.0025 (95% interval down to 0.0095) with the floor at 0.01, an entry is as good as the
+    reference can tell, though an entry at 0.0050 is significantly closer; an entry at 0.05 is not within the floor."""
+    rows = (rows_of("closest", around(0.005, 0.0002)) + rows_of("at-floor", around(0.012, 0.001))
+            + rows_of("beyond", around(0.05, 0.001)))
+    entries = ranking.tracks(rows)[0].entries
+    assert [(e.method, e.rank, e.tied, e.within_floor) for e in entries] == [
+        ("closest", 1, True, True), ("at-floor", 1, True, True), ("beyond", 3, False, False)]
+    table = [line for line in render(rows, "md").splitlines() if line.startswith(("| =", "| 3"))]
+    assert [line.split("|")[-7].strip() for line in table] == ["yes", "yes", "no"]  # the within-floor column
+    records = [r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["rank"]]
+    assert [r["within_noise_floor"] for r in records] == ["1", "1", "0"]
+    assert [e["within_noise_floor"] for e in json.loads(render(rows, "json"))["tracks"][0]["entries"]] == [
+        True, True, False]
+    # without a published floor the seeds alone decide
+    entries = ranking.tracks([dataclass_without_floor(r) for r in rows])[0].entries
+    assert [(e.method, e.rank, e.within_floor) for e in entries] == [("closest", 1, None), ("at-floor", 2, None),
+                                                                    ("beyond", 3, None)]
+    assert "| n/a " in render([dataclass_without_floor(r) for r in rows], "md")
+
+
+def dataclass_without_floor(row: RunRow) -> RunRow:
+    import dataclasses
+
+    return dataclasses.replace(row, noise_floor=None)
+
+
+def test_a_higher_is_better_floor_is_reached_from_below():
+    track = ranking.Track("digits", 1, "classification", "r", 10.0, {"all": {"agreement": 0.99,
+                                                                             "total_variation": 0.01}})
+    reaching = ranking.Entry("a", "c", {}, "run", metrics={"agreement": around(0.985, 0.004),
+                                                          "total_variation": around(0.012, 0.001)})
+    short = ranking.Entry("b", "c", {}, "run", metrics={"agreement": around(0.95, 0.004),
+                                                       "total_variation": around(0.009, 0.001)})
+    assert ranking.within_noise_floor(track, reaching) is True  # 0.985 + 4.30 x 0.0023 >= 0.99
+    assert ranking.within_noise_floor(track, short) is False, "agreement must reach the floor too"
+
+
+# --- the summary across tasks ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def two_tasks() -> list[RunRow]:
+    """At budget 10: a first on both tasks, b tied with it on toy-gap and third on diabetes-gap, c only on
+    diabetes-gap; at budget 100 one task only (no summary there)."""
+    return (rows_of("a", around(0.10, 0.001)) + rows_of("b", around(0.1005, 0.002)) + rows_of("d", around(0.5, 0.01))
+            + rows_of("a", around(0.10, 0.001), task="diabetes-gap", floor=None)
+            + rows_of("c", around(0.20, 0.001), task="diabetes-gap", floor=None)
+            + rows_of("b", around(0.30, 0.001), task="diabetes-gap", floor=None)
+            + rows_of("a", around(0.10, 0.001), budget=100.0))
+
+
+def test_the_summary_gives_each_method_its_mean_rank_over_the_tasks_in_every_format(two_tasks):
+    found = ranking.standings(ranking.tracks(two_tasks))
+    assert [(s.budget, ranking.entry_name(s.entry), s.ranks, s.mean_rank, s.firsts, s.within_floor, s.floors)
+            for s in found] == [(10.0, "a", [1, 1], 1.0, 2, 0, 1), (10.0, "b", [3, 1], 2.0, 1, 0, 1),
+                                (10.0, "c", [2], 2.0, 0, 0, 0), (10.0, "d", [3], 3.0, 0, 0, 1)]
+    md = render(two_tasks, "md")
+    assert md.startswith("## Summary across tasks\n")
+    assert [[cell.strip() for cell in line.split("|")[1:-1]] for line in md.split("## toy-gap")[0].splitlines()
+            if line.startswith("| 10")] == [["10", "a", "2", "1.00", "1–1", "2/2", "0/1"],
+                                            ["10", "b", "2", "2.00", "1–3", "1/2", "0/1"],
+                                            ["10", "c", "1", "2.00", "2–2", "0/1", "n/a"],
+                                            ["10", "d", "1", "3.00", "3–3", "0/1", "0/1"]]
+    summary = json.loads(render(two_tasks, "json"))["summary"]
+    assert [(s["method"], s["mean_rank"], s["best_rank"], s["worst_rank"], s["ranked_first"]) for s in summary] == [
+        ("a", 1.0, 1, 1, 2), ("b", 2.0, 1, 3, 1), ("c", 2.0, 2, 2, 0), ("d", 3.0, 3, 3, 0)]
+    assert summary[1]["ranks"] == [{"task": "diabetes-gap", "task_version": 1, "rank": 3, "tied": False},
+                                   {"task": "toy-gap", "task_version": 1, "rank": 1, "tied": True}]
+    records = [r for r in csv.DictReader(io.StringIO(render(two_tasks, "csv"))) if r["section"] == "summary"]
+    assert [(r["method"], r["budget"], r["tasks"], r["mean_rank"], r["worst_rank"]) for r in records] == [
+        ("a", "10", "2", "1.0", "1"), ("b", "10", "2", "2.0", "3"), ("c", "10", "1", "2.0", "2"),
+        ("d", "10", "1", "3.0", "3")]
+    page = render(two_tasks, "html")
+    summary_table = page.split('<section id="summary">')[1].split("</section>")[0]
+    assert "Summary across tasks" in summary_table and re.search(r"<td>b\s*</td><td>2\s*</td><td>2.00\s*</td>",
+                                                                 summary_table)
+
+
+def test_a_board_of_one_task_has_no_summary():
+    rows = rows_of("a", around(0.1, 0.01)) + rows_of("b", around(0.2, 0.01))
+    assert "Summary" not in render(rows, "md") and "summary" not in render(rows, "html")
+    assert json.loads(render(rows, "json"))["summary"] == []
+
+
+# --- the plots' y axis ----------------------------------------------------------------------------------------
+
+def y_ticks(chart: str) -> list[tuple[float, str]]:
+    """(pixel y, label) of each y tick (their labels end at the axis)."""
+    return [(float(y) - 4, text) for y, text in
+            re.findall(r'<text x="[\d.]+" y="([\d.]+)" class="tick" text-anchor="end">([^<]*)</text>', chart)]
+
+
+def chart_of(means: list[float], floor: float | None = None, error: float | None = 0.01) -> str:
+    series = [svg.Series(f"m{i}", ((10.0, mean, error), (100.0, mean * 0.9, error)), svg.series_style(i, 0))
+              for i, mean in enumerate(means)]
+    if floor is not None:
+        series.append(svg.horizontal("floor", floor))
+    return svg.line_chart("t", series, "budget", "w2", log_x=True)
+
+
+def test_values_spanning_more_than_a_decade_get_a_log_axis_with_round_ticks():
+    chart = chart_of([1.07, 0.08, 0.06], floor=0.034)
+    ticks = y_ticks(chart)
+    assert ">w2 (log scale)<" in chart
+    assert [text for _, text in ticks] == ["0.05", "0.1", "0.2", "0.5", "1"]
+    # log-proportional: 0.1 -> 1 is as far as 0.05 -> 0.5, and twice as far as 0.1 -> 0.2 -> ... by log10(2) / 1
+    position = dict((text, y) for y, text in ticks)
+    assert position["0.1"] - position["1"] == pytest.approx(position["0.05"] - position["0.5"], abs=0.11)
+    decade = position["0.1"] - position["1"]
+    assert position["0.1"] - position["0.2"] == pytest.approx(decade * math.log10(2), abs=0.11)
+
+
+def test_values_within_a_decade_keep_a_linear_axis():
+    chart = chart_of([0.5, 0.2, 0.1])
+    assert "log scale)<" not in chart
+    steps = np.diff([float(text) for _, text in y_ticks(chart)])
+    assert np.allclose(steps, steps[0])
+
+
+def test_the_choice_of_axis_follows_the_span_of_the_means():
+    assert svg.log_scale_wanted([0.034, 1.07]) and svg.log_scale_wanted([0.099, 1.0])
+    assert not svg.log_scale_wanted([0.1, 1.0]) and not svg.log_scale_wanted([0.2, 1.07])
+    assert not svg.log_scale_wanted([-0.5, 10.0]) and not svg.log_scale_wanted([0.0, 10.0]), "log needs positives"
+
+
+def test_on_a_log_axis_an_error_bar_below_zero_runs_to_the_bottom():
+    chart = chart_of([1.0, 0.02], error=0.05)  # 0.02 - 0.05 < 0
+    bottom = svg.MARGIN_TOP + svg.HEIGHT - svg.MARGIN_TOP - svg.MARGIN_BOTTOM
+    bars = [tuple(map(float, bar)) for bar in re.findall(
+        r'<line x1="[\d.]+" y1="([\d.]+)" x2="[\d.]+" y2="([\d.]+)" stroke="#[0-9a-f]+"/>', chart)]
+    assert any(y1 == bottom for y1, _ in bars) and all(svg.MARGIN_TOP <= y <= bottom for bar in bars for y in bar)
+
+
+def test_the_pages_fidelity_chart_turns_logarithmic_when_one_method_is_far_off():
+    far = rows_of("near", around(0.05, 0.002)) + rows_of("far", around(1.07, 0.01))
+    near = rows_of("near", around(0.05, 0.002)) + rows_of("close", around(0.08, 0.002))
+    assert "w2 (log scale)" in render(far, "html") and "w2 (log scale)" not in render(near, "html")
+
+
+# --- notes ----------------------------------------------------------------------------------------------------
+
+def test_each_distinct_note_is_shown_once_with_the_entries_it_came_with():
+    rows = (rows_of("a", [0.1, 0.11], notes="sweep of 2025") + rows_of("b", [0.2, 0.21], notes="sweep of 2025")
+            + rows_of("c", [0.3, 0.31], notes="tuned by hand") + rows_of("a", [0.1], task="diabetes-gap",
+                                                                         notes="sweep of 2025"))
+    md, page = render(rows, "md"), render(rows, "html")
+    assert md.count("sweep of 2025") == 1 and page.count("sweep of 2025") == 1
+    assert ("- **diabetes-gap v1, budget 10 epochs: every entry; toy-gap v1, budget 10 epochs: a, b**: sweep of 2025\n"
+            in md)
+    assert "- **toy-gap v1, budget 10 epochs: c**: tuned by hand\n" in md
+    everywhere = rows_of("a", [0.1, 0.11], notes="one note") + rows_of("b", [0.2, 0.21], notes="one note")
+    assert render(everywhere, "md").count("one note") == 1 and "- **every entry**: one note\n" in render(everywhere,
+                                                                                                          "md")
+    assert "<li>every entry: one note</li>" in render(everywhere, "html")
