@@ -23,12 +23,31 @@ products of the "pseudo-gradients" J_i^T L_i[:, c], one per output c.
   B = Q_B diag(l_B) Q_B^T, P = (Q_B (x) Q_A) diag(l_B l_A^T + 1 / v) (Q_B (x) Q_A)^T, and a draw is
   Q_B [Z / sqrt(l_B l_A^T + 1 / v)] Q_A^T with Z ``(C, H + 1)`` standard normal.
 
-``predictive``: ``sampling`` (default), the model average of the network at ``samples`` (30) draws
-theta* + Delta; or ``glm``, the linearised network f(x; theta*) + J(x) Delta (Immer et al. 2021;
-a Jacobian-vector product per draw), averaged the same way. The network is linear in its last
-layer, so for the last-layer structures both are the same predictive. **Deviation** from laplace-torch,
-whose default predictive is the linearised network with the closed-form probit approximation of its softmax
-(``pred_type='glm'``, ``link_approx='probit'``): both predictives here are Monte Carlo averages.
+``predictive``:
+
+- ``sampling`` (default): the model average of the network at ``samples`` (30) draws theta* + Delta. A
+  last-layer posterior draws the last layer alone, so the body's features a_i = [phi_i; 1] are computed once per
+  test row (one test pass, not one per draw) and every draw's outputs a_i^T [W + dW | b + db]^T come from one
+  matrix product (laplace-torch's last-layer ``pred_type='nn'`` caches the features the same way).
+- ``glm``: the linearised network f(x; theta*) + J(x) Delta (Immer et al. 2021; a Jacobian-vector product per
+  draw), averaged the same way. The network is linear in its last layer, so for the last-layer structures this
+  is ``sampling``, and takes its path.
+- ``probit``: the linearised network without Monte Carlo over the weights. Its outputs are N(f, F),
+  f = f(x; theta*), F = J P^-1 J^T, in closed form: for the last layer A_i P^-1 A_i^T with A_i = I_C (x) a_i^T
+  (Kronecker: through the factors' eigenbases, O(H^2 + C H + C^3) per row); for the diagonal from per-example
+  Jacobians (``vmap(jacrev)``, the network once per test row). Classification: MacKay's (1992) probit
+  approximation softmax(f / sqrt(1 + pi / 8 diag F)), laplace-torch's default (``pred_type='glm'``,
+  ``link_approx='probit'``). Regression: each of the task's predictive samples is y ~ p(y | g) at its own
+  g ~ N(f, F), exact given the linearisation; for a Gaussian of fixed noise s that is y ~ N(f, F + s^2),
+  laplace-torch's closed form (its ``f_var`` plus ``sigma_noise**2``); the heteroscedastic Gaussian has no
+  closed form in y, so g is drawn in output space. ``samples`` is not used.
+
+**Deviation** from laplace-torch: the default is ``sampling``, not ``probit``, by the project's protocol for
+defaults (held-out NLL of a seeded 10% of the training rows at budget 100, seeds 0-2, never the reference:
+``python benchmarks/tune_trajectory.py laplace``), which favours ``sampling`` on all five embedded tasks
+(docs/methods.md). For a last-layer posterior ``sampling`` is the linearised predictive's exact integral up to
+Monte Carlo error; the probit approximation, which shrinks each logit by its own variance and ignores their
+covariance, is what loses. With the features computed once, ``sampling`` costs little more than ``probit``.
 
 Budget rule: floor(B) - 1 epochs of MAP (``sgd``'s training and per-task settings), then one
 curvature epoch that reads every training row once, in minibatches through the meter: floor(B) in
@@ -43,10 +62,12 @@ does not import against this project's torch).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -63,13 +84,13 @@ from bench.functional import StackedModel
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood
 
 STRUCTURES = ("diagonal", "last-layer-full", "last-layer-kron")
-PREDICTIVES = ("sampling", "glm")
+PREDICTIVES = ("sampling", "glm", "probit")
 
 
 @dataclass(frozen=True)
 class LaplaceConfig(AdamConfig):
     structure: str = "last-layer-kron"
-    predictive: str = "sampling"
+    predictive: str = "sampling"  # not laplace-torch's "probit": held-out NLL (the module's docstring)
     samples: int = 30
 
     BOUNDS: ClassVar[dict[str, str]] = {"samples": DRAWS_BOUNDS}
@@ -106,6 +127,17 @@ def diagonal_ggn(model: StackedModel, likelihood: Likelihood, params: torch.Tens
     params = params.detach()
     if model.mlp_layers is not None:
         return _mlp_diagonal_ggn(model, likelihood, params, x)
+    total = torch.zeros_like(params)
+    for jacobians, outputs in per_example_jacobians(model, params, x, n_outputs):
+        pseudo = torch.einsum("knod,knoc->kncd", jacobians, curvature_root(likelihood, outputs))
+        total += pseudo.square().sum((1, 2))
+    return total
+
+
+def per_example_jacobians(model: StackedModel, params: torch.Tensor, x: torch.Tensor, n_outputs: int):
+    """The Jacobians of the outputs in the parameters, ``(K, rows, O, D)``, and the outputs ``(K, rows, O)``, of
+    chunks of rows of inputs ``(K, B, ...)`` for parameters ``(K, D)`` (``vmap(jacrev)`` per example: the
+    network runs once per row; a chunk holds at most :data:`PER_EXAMPLE_VALUES` Jacobian entries)."""
     layout = model.layout
 
     def outputs_of(flat, xi):
@@ -116,12 +148,8 @@ def diagonal_ggn(model: StackedModel, likelihood: Likelihood, params: torch.Tens
     per_example = vmap(vmap(jacrev(outputs_of, has_aux=True), in_dims=(None, 0)), in_dims=(0, 0))
     k, batch = x.shape[:2]
     rows = max(1, PER_EXAMPLE_VALUES // (k * n_outputs * layout.size))
-    total = torch.zeros_like(params)
     for start in range(0, batch, rows):
-        jacobians, outputs = per_example(params, x[:, start:start + rows])  # (K, rows, O, D), (K, rows, O)
-        pseudo = torch.einsum("knod,knoc->kncd", jacobians, curvature_root(likelihood, outputs))
-        total += pseudo.square().sum((1, 2))
-    return total
+        yield per_example(params, x[:, start:start + rows])
 
 
 def _mlp_diagonal_ggn(model, likelihood, params, x):
@@ -155,14 +183,17 @@ def last_layer(module: nn.Module, layout) -> str:
 
 
 class LastLayerFeatures:
-    """The network at fixed parameters, returning its outputs ``(B, O)`` and the features a = [phi; 1] ``(B, H + 1)``
-    (phi: the last layer's input) of a batch in one forward pass."""
+    """``model``'s network at fixed flat parameters ``(1, D)``, returning its outputs ``(B, O)`` and the features
+    a = [phi; 1] ``(B, H + 1)`` (phi: the last layer's input) of a batch in one forward pass."""
 
-    def __init__(self, module: nn.Module, layout, params: dict[str, torch.Tensor]):
-        self.base = StackedModel(module).base
-        self.params = params
+    def __init__(self, model: StackedModel, theta: torch.Tensor):
+        # A copy of the parameter-less network (no data: it lives on the meta device), so that the hook stays off the
+        # caller's; built from the model rather than the task's factory, whose initialisation of a large network
+        # costs more than a forward pass.
+        self.base = copy.deepcopy(model.base)
+        self.params = {name: p[0] for name, p in model.layout.unflatten(theta.detach()).items()}
         self._features: list[torch.Tensor] = []
-        dict(self.base.named_modules())[last_layer(module, layout)].register_forward_pre_hook(
+        dict(self.base.named_modules())[last_layer(self.base, model.layout)].register_forward_pre_hook(
             lambda _layer, inputs: self._features.append(inputs[0]))
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,6 +250,34 @@ class GaussianPosterior:
         scale = (self.output_values.unsqueeze(1) * self.feature_values.unsqueeze(0) + self.prior_precision).flatten()
         return q @ torch.diag(scale.reciprocal()) @ q.T
 
+    def output_covariance(self, features: torch.Tensor) -> torch.Tensor:
+        """The last-layer posterior's covariance of the outputs, A_i P^-1 A_i^T ``(N, C, C)`` in float64, for features
+        a_i = [phi_i; 1] ``(N, H + 1)`` (A_i = I_C (x) a_i^T: the outputs are linear in [W | b], exactly).
+        Kronecker: with u_i = Q_A^T a_i, Q_B diag_j(sum_k u_ik^2 / (l_B,j l_A,k + 1 / v)) Q_B^T; full: from P^-1,
+        a chunk of rows at a time (each row's product holds C^2 (H + 1) values)."""
+        features = features.double()
+        if self.structure == "last-layer-kron":
+            scale = (self.output_values.double().unsqueeze(1) * self.feature_values.double().unsqueeze(0)
+                     + self.prior_precision).reciprocal()  # (C, H + 1)
+            weights = (features @ self.feature_vectors.double()).square() @ scale.T  # (N, C)
+            vectors = self.output_vectors.double()
+            return (vectors * weights.unsqueeze(1)) @ vectors.T
+        c, h = self.n_outputs, self.n_features
+        covariance = self.covariance().double().view(c, h, c, h)
+        rows = max(1, PER_EXAMPLE_VALUES // (c * c * h))
+        return torch.cat([torch.einsum("nh,chdk,nk->ncd", chunk, covariance, chunk) for chunk in features.split(rows)])
+
+    def sample(self, draws: torch.Generator, n: int = 1) -> torch.Tensor:
+        """``n`` draws Delta ``(n, D')`` (as :meth:`draw`) from standard normal noise of ``draws``, drawn on the CPU in
+        the posterior's dtype one draw at a time (the same numbers whether drawn together or one by one)."""
+        if self.structure == "diagonal":
+            size, dtype = self.std.shape[0], self.std.dtype
+        else:
+            size = self.n_outputs * self.n_features
+            dtype = self.output_values.dtype if self.structure == "last-layer-kron" else self.cholesky.dtype
+        z = torch.cat([torch.randn(1, size, generator=draws, dtype=dtype) for _ in range(n)])
+        return self.draw(z.to(self.mean.device))
+
     def draw(self, z: torch.Tensor) -> torch.Tensor:
         """Deviations ``(S, D')`` from standard normal ``z`` ``(S, D')`` (D' = D for the diagonal, C (H + 1) in the
         (c, h) order of [W | b] for the last layer)."""
@@ -251,8 +310,7 @@ def _curvature_epoch(problem: Problem, data: MeteredData, model: StackedModel, t
             x, _ = data.batch(order[:, start:start + batch_size])
             total += diagonal_ggn(model, problem.likelihood, theta, x, n_outputs)
         return total[0]
-    network = LastLayerFeatures(problem.model_factory(), model.layout,
-                                {name: p[0] for name, p in model.layout.unflatten(theta.detach()).items()})
+    network = LastLayerFeatures(model, theta)
     curvature = None
     with torch.no_grad():
         for start in range(0, data.n_train, batch_size):
@@ -297,7 +355,7 @@ class Laplace(Approximator):
         start = Members.start(problem, data, [member])
         layout = start.model.layout
         if c.structure != "diagonal":
-            last_layer(problem.model_factory(), layout)  # refuse an unsuitable network before training
+            last_layer(start.model.base, layout)  # refuse an unsuitable network before training
         theta = layout.flatten(train_members(start.model, layout.unflatten(start.params), data, problem.likelihood,
                                              problem.prior_variance, map_epochs, schedule_of(c), start.order_seeds))
         curvature = _curvature_epoch(problem, data, start.model, theta, c.structure, c.batch_size, next_seed(member))
@@ -306,25 +364,91 @@ class Laplace(Approximator):
         self.posterior = posterior  # the fitted Gaussian, for a caller of bench.api.fit (tests/science)
         self.report = {"map_epochs": map_epochs, "curvature_epochs": 1}
         draws = torch.Generator().manual_seed(next_seed(member))
-        accumulator = PredictiveAccumulator(problem, c.samples, generator)
-        for _ in range(c.samples):
-            delta = self._deviation(posterior, layout.size, draws).to(theta)
-            if c.predictive == "sampling":
-                accumulator.add(layout.unflatten(theta + delta))
-            else:
-                accumulator.add_outputs(linearised_outputs(problem, start.model, theta, delta))
-        self._predictive = accumulator.result()
+        if c.structure != "diagonal":
+            self._predictive = last_layer_predictive(problem, start.model, theta, posterior, c.predictive,
+                                                     c.samples, draws, generator)
+        elif c.predictive == "probit":
+            self._predictive = probit_predictive(problem, *diagonal_output_moments(problem, start.model, theta,
+                                                                                   posterior.std.square()), draws)
+        else:
+            accumulator = PredictiveAccumulator(problem, c.samples, generator)
+            for _ in range(c.samples):
+                delta = posterior.sample(draws).to(theta)
+                if c.predictive == "sampling":
+                    accumulator.add(layout.unflatten(theta + delta))
+                else:
+                    accumulator.add_outputs(linearised_outputs(problem, start.model, theta, delta))
+            self._predictive = accumulator.result()
 
-    @staticmethod
-    def _deviation(posterior: GaussianPosterior, n_parameters: int, draws: torch.Generator) -> torch.Tensor:
-        """One draw Delta ``(1, D)``, float64 on the CPU noise then cast by the caller."""
-        if posterior.structure == "diagonal":
-            z = torch.randn(1, n_parameters, generator=draws, dtype=posterior.std.dtype).to(posterior.std.device)
-            return posterior.draw(z)
-        size = posterior.n_outputs * posterior.n_features
-        z = torch.randn(1, size, generator=draws, dtype=posterior.output_values.dtype
-                        if posterior.structure == "last-layer-kron" else posterior.cholesky.dtype)
-        return last_layer_to_layout(posterior.draw(z.to(posterior.mean.device)), posterior.n_outputs, n_parameters)
+
+def features_on_test_inputs(problem: Problem, model: StackedModel,
+                            theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The network's outputs f(x; theta*) ``(N_test, C)`` and last-layer features a = [phi; 1] ``(N_test, H + 1)``
+    on the test inputs, from one pass over them (charged as one test pass), for parameters ``(1, D)``."""
+    x = problem.x_test
+    network = LastLayerFeatures(model, theta)
+    with torch.no_grad():
+        outputs, features = zip(*(network(x[i:i + EVAL_CHUNK]) for i in range(0, x.shape[0], EVAL_CHUNK)))
+    problem.meter.record_test_pass(x.shape[0], x.shape[0])
+    return torch.cat(outputs), torch.cat(features)
+
+
+def last_layer_predictive(problem: Problem, model: StackedModel, theta: torch.Tensor, posterior: GaussianPosterior,
+                          predictive: str, samples: int, draws: torch.Generator,
+                          generator: torch.Generator) -> np.ndarray:
+    """A last-layer posterior's predictive at parameters ``(1, D)`` from the test features, computed once:
+    ``probit`` in closed form, or (``sampling``, ``glm``: the same predictive, the network being linear in its last
+    layer) the model average of ``samples`` draws of the last layer alone, outputs a_i^T [W + dW | b + db]^T for
+    all draws in one product."""
+    outputs, features = features_on_test_inputs(problem, model, theta)
+    if predictive == "probit":
+        return probit_predictive(problem, outputs, posterior.output_covariance(features), draws)
+    *_, weight, bias = model.layout.names
+    mean = model.layout.unflatten(theta.detach())
+    last = torch.cat([mean[weight][0], mean[bias][0].unsqueeze(1)], dim=1)  # [W | b] (C, H + 1)
+    deltas = posterior.sample(draws, samples).to(last)
+    weights = last + deltas.view(samples, *last.shape)  # (S, C, H + 1), as theta + Delta in the parameters' dtype
+    accumulator = PredictiveAccumulator(problem, samples, generator, model)  # the task's network, not built again
+    with torch.no_grad():  # one matrix product (N, H + 1) x (H + 1, S C) for all draws, then (S, N, C)
+        outputs = (features @ weights.flatten(0, 1).T).view(features.shape[0], samples, -1)
+        accumulator.add_outputs(outputs.transpose(0, 1).contiguous().double().cpu())
+    return accumulator.result()
+
+
+def diagonal_output_moments(problem: Problem, model: StackedModel, theta: torch.Tensor,
+                            variances: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outputs f(x; theta*) ``(N_test, O)`` and their covariance J diag(variances) J^T ``(N_test, O, O)`` in
+    float64 under the diagonal posterior (parameters ``(1, D)``, ``variances`` ``(D,)``), from per-example Jacobians
+    (:func:`per_example_jacobians`: the network runs once per test row, one test pass)."""
+    x = problem.x_test
+    n_outputs = problem.n_classes or _n_outputs(problem.likelihood)
+    outputs, covariances = [], []
+    for jacobians, out in per_example_jacobians(model, theta.detach(), x.unsqueeze(0), n_outputs):
+        jacobians = jacobians[0].double()  # (rows, O, D)
+        covariances.append(torch.einsum("nod,d,npd->nop", jacobians, variances.double(), jacobians))
+        outputs.append(out[0].detach())
+    problem.meter.record_test_pass(x.shape[0], x.shape[0])
+    return torch.cat(outputs), torch.cat(covariances)
+
+
+def probit_predictive(problem: Problem, outputs: torch.Tensor, covariance: torch.Tensor,
+                      draws: torch.Generator) -> np.ndarray:
+    """The linearised network's predictive, from the outputs' mean f = f(x; theta*) ``(N, O)`` and covariance
+    F = J P^-1 J^T ``(N, O, O)``, without Monte Carlo over the weights. Classification: MacKay's (1992) probit
+    approximation of E[softmax(g)], g ~ N(f, F), softmax(f / sqrt(1 + pi / 8 diag F)), laplace-torch's
+    ``link_approx='probit'``. Regression: under the linearisation the outputs are N(f, F) exactly, so each of the
+    task's predictive samples is y ~ p(y | g) at its own g ~ N(f, F) drawn in output space (``draws``); for a
+    Gaussian of fixed noise s that is y ~ N(f, F + s^2), laplace-torch's closed form."""
+    outputs, covariance = outputs.double().cpu(), covariance.double().cpu()
+    if problem.kind == "classification":
+        kappa = (1 + math.pi / 8 * covariance.diagonal(dim1=-2, dim2=-1)).rsqrt()
+        return Categorical.probabilities(kappa * outputs).numpy()
+    n, s = outputs.shape[0], problem.n_predictive_samples
+    values, vectors = torch.linalg.eigh(covariance)
+    root = vectors * values.clamp(min=0).sqrt().unsqueeze(1)  # root root^T = F (round-off negatives cut to 0)
+    z = torch.randn(n, s, outputs.shape[1], generator=draws, dtype=torch.float64)
+    g = outputs.unsqueeze(1) + z @ root.transpose(1, 2)  # (N, S, O)
+    return problem.likelihood.sample(g.flatten(0, 1), 1, draws).view(n, s).numpy()
 
 
 def linearised_outputs(problem: Problem, model: StackedModel, theta: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:

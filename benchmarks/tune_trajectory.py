@@ -1,11 +1,12 @@
-"""Per-task step sizes of the SGD-trajectory, SG-MCMC and variational methods, and MC dropout's rate,
-on the embedded tasks, picked without the HMC reference.
+"""Per-task step sizes of the SGD-trajectory, SG-MCMC and variational methods, MC dropout's rate and Laplace's
+predictive, on the embedded tasks, picked without the HMC reference.
 
-    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi mc-dropout sgd hmc] [--budget 100] [--seeds 0 1 2]
-                                         [--tasks digits-cnn digits-lstm]
+    python benchmarks/tune_trajectory.py [swag sgld csgmcmc vogn mfvi mc-dropout sgd hmc laplace] [--budget 100]
+                                         [--seeds 0 1 2] [--tasks digits-cnn digits-lstm]
 
 For each seed, a seeded 10% of each task's training rows is held out. For every learning rate (MC
-dropout: every dropout rate, at ``sgd``'s learning rate of the task) on
+dropout: every dropout rate, at ``sgd``'s learning rate of the task; Laplace: each predictive, at the
+task's own settings) on
 the grid the method runs at the budget on the other 90% (its budget counted on those rows) and is
 scored by the negative log-likelihood of its predictive on the held-out rows: the mean log
 probability of the label (classification), or the log density of the moment-matched Gaussian of its
@@ -36,18 +37,29 @@ from bench.tasks import get_task, task_names
 GRID = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
 GRIDS = {"vogn": [1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01], "mfvi": [1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1],
          "mc-dropout": [0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5],  # Gal & Ghahramani's UCI grid, and larger
-         "sgd": [3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3], "sgld": GRID + [3.0, 10.0], "hmc": [3, 10, 30, 100]}
+         "sgd": [3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3], "sgld": GRID + [3.0, 10.0], "hmc": [3, 10, 30, 100],
+         "laplace": ["sampling", "probit"]}
 """Per-method grids where the default one does not apply (VOGN's step is a Newton step: 0.01 diverges; ``hmc``'s
-grid is over its leapfrog steps per trajectory, from nearly Langevin to the references' length). ``sgd``'s and
+grid is over its leapfrog steps per trajectory, from nearly Langevin to the references' length; ``laplace``'s over its
+predictives, ``glm`` left out since it is ``sampling`` for the default last-layer structure). ``sgd``'s and
 ``sgld``'s reach further up since their best rate on ``digits-cnn`` was the largest of the earlier grids."""
-TUNED_SETTING = {"mc-dropout": "rate", "hmc": "leapfrog_steps"}
+TUNED_SETTING = {"mc-dropout": "rate", "hmc": "leapfrog_steps", "laplace": "predictive"}
 """The setting a method's grid is over, where it is not ``lr``."""
 COUPLED = {"sgd": {"min_lr": 0.01}}
 """Settings that follow the tuned one in a fixed ratio (``sgd``: a cosine decay to lr / 100, as on ``digits``)."""
 
 
-def grid(method: str) -> list[float]:
+UNORDERED = {"hmc", "laplace"}
+"""Methods whose grid has no edge of divergence to keep a margin from: trajectory lengths do not diverge, and
+Laplace's predictives share one trained network."""
+
+
+def grid(method: str) -> list:
     return GRIDS.get(method, GRID)
+
+
+def label(value) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
 
 
 HELD_OUT = 0.1
@@ -73,8 +85,8 @@ def settings(method: str, task: str, lr: float) -> dict[str, str]:
 
 def tune(method: str, task_name: str, budget: float, seeds: list[int]) -> tuple[float, list[float]]:
     scores = np.mean([scores_on_split(method, task_name, budget, seed) for seed in seeds], axis=0)
-    # The margin guards step sizes near divergence; hmc's grid is over trajectory lengths, which do not diverge.
-    kept = scores if method == "hmc" else with_margin(scores)
+    # The margin guards step sizes near divergence.
+    kept = scores if method in UNORDERED else with_margin(scores)
     return grid(method)[int(np.argmin(kept))], scores.tolist()
 
 
@@ -117,8 +129,8 @@ def main() -> None:
     for method in args.methods:
         for task in args.tasks:
             best, scores = tune(method, task, args.budget, args.seeds)
-            rows.append({"method": method, "task": task, f"best {TUNED_SETTING.get(method, 'lr')}": f"{best:g}",
-                         **{f"{lr:g}": f"{score:.3f}" for lr, score in zip(grid(method), scores)}})
+            rows.append({"method": method, "task": task, f"best {TUNED_SETTING.get(method, 'lr')}": label(best),
+                         **{label(lr): f"{score:.3f}" for lr, score in zip(grid(method), scores)}})
     print(f"held-out NLL by lr, mean over seeds {args.seeds} (budget {args.budget:g})")
     print(tabulate(rows, headers="keys", disable_numparse=True))
 

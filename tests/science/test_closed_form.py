@@ -10,6 +10,7 @@ Its generalised Gauss-Newton is Phi^T Phi / s^2 at every theta, so a Laplace app
 whatever MAP point it reaches.
 """
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -47,6 +48,30 @@ def test_laplace_is_the_gaussian_its_structure_states(linear, structure):
     # Its mean is the MAP point, which Adam reaches to a small fraction of a posterior standard deviation.
     z = (posterior.mean.double() - linear.mean) / torch.diagonal(linear.covariance).sqrt()
     assert z.abs().max() < 0.05, z
+
+
+@pytest.mark.parametrize("structure", ["last-layer-full", "last-layer-kron", "diagonal"])
+def test_laplace_probit_regression_predictive_is_the_closed_form(linear, structure):
+    """Linearised (here: exactly linear) with a Gaussian of fixed noise, the predictive is N(phi^T theta*,
+    phi^T Sigma phi + s^2) in closed form, Sigma the structure's covariance (exact, or the precision's diagonal
+    inverted): each test row's 1000 samples have its mean and variance within 4.5 Monte Carlo standard errors.
+    The test rows lie ten times farther out than the training rows, where phi^T Sigma phi is most of the variance
+    (near the data it is 2% of it, below what 1000 samples resolve)."""
+    x_test = 10 * linear.task.x_test
+    task = make_task("linear-gaussian-far", linear.task.x_train, linear.task.y_train, x_test, linear.task.model_factory,
+                     FixedNoiseGaussian(NOISE), PRIOR_VARIANCE)
+    fitted = fit(task, "laplace", budget=400, settings={"structure": structure, "batch_size": 64, "lr": 0.05,
+                                                         "min_lr": 0.001, "predictive": "probit"})
+    posterior = fitted.approximator.posterior
+    phi = torch.cat([x_test, torch.ones(len(x_test), 1, dtype=torch.float64)], dim=1)
+    sigma = torch.diag(1 / torch.diagonal(linear.precision)) if structure == "diagonal" else linear.covariance
+    mean, variance = phi @ posterior.mean.double(), ((phi @ sigma) * phi).sum(1) + NOISE**2
+    samples = torch.from_numpy(fitted.predictive)
+    n = samples.shape[1]
+    z_mean = (samples.mean(1) - mean) / (variance / n).sqrt()
+    z_variance = (samples.var(1) - variance) / (variance * math.sqrt(2 / (n - 1)))  # Gaussian samples
+    assert z_mean.abs().max() < 4.5 and z_variance.abs().max() < 4.5, (z_mean, z_variance)
+    assert fitted.test_passes == 1
 
 
 def test_each_anchored_ensemble_member_is_its_anchor_s_map(linear, monkeypatch):
