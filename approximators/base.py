@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import COMMAND_LINE, BudgetExhausted, ConfigError, Spelling
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -223,7 +223,7 @@ class Approximator:
         return self._predictive
 
 
-def _parse(name: str, raw: str, kind) -> object:
+def _parse(name: str, raw: str, kind, spelling: Spelling) -> object:
     try:
         if kind is bool:
             if raw.lower() in ("1", "true", "yes"):
@@ -233,10 +233,10 @@ def _parse(name: str, raw: str, kind) -> object:
             raise ValueError(raw)
         value = kind(raw)
     except ValueError:
-        raise ConfigError(f"--set {name}: expected a value of type {kind.__name__}, got {raw[:40]!r}"
+        raise ConfigError(f"{spelling.setting(name)}: expected a value of type {kind.__name__}, got {raw[:40]!r}"
                           f"{'...' if len(raw) > 40 else ''}") from None
     if kind is int and not -2**63 <= value < 2**63:  # beyond what a tensor index or count can hold
-        raise ConfigError(f"--set {name}: {len(raw)} digits is more than a 64-bit count holds")
+        raise ConfigError(f"{spelling.setting(name)}: {len(raw)} digits is more than a 64-bit count holds")
     return value
 
 
@@ -313,16 +313,17 @@ def check_settings(method: str, config) -> None:
                               f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
 
 
-def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None):
+def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None,
+                   spelling: Spelling = COMMAND_LINE):
     """The method's config for ``task``: class defaults, then per-task defaults, then ``overrides``
-    (strings from the command line, parsed by each field's declared type)."""
+    (strings, as ``--set`` gives them, parsed by each field's declared type; ``spelling``: how a failure names them)."""
     hints = typing.get_type_hints(method.Config)
     names = [f.name for f in dataclasses.fields(method.Config)]
     values = dict(method.TASK_DEFAULTS.get(task, {}))
     for key, raw in (overrides or {}).items():
         if key not in names:
             raise ConfigError(f"method {method.name!r} has no setting {key!r}; its settings: {', '.join(names)}")
-        values[key] = _parse(key, raw, hints[key])
+        values[key] = _parse(key, raw, hints[key], spelling)
     from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
 
     with users_code(method, "settings"):

@@ -29,7 +29,7 @@ from approximators.base import check_footprint
 from approximators.boundary import is_built_in, users_code
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BenchError, ConfigError, MethodFailed
+from bench.errors import COMMAND_LINE, BenchError, ConfigError, MethodFailed, Spelling
 from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
 
@@ -45,11 +45,15 @@ def check_label(label: str | None) -> None:
                           f"got {label!r}")
 
 
-def resolve_device(device: str) -> torch.device:
+DEVICES = ("auto", "cpu", "cuda")
+"""Where a run trains: ``auto`` is CUDA when PyTorch sees a GPU, else the CPU."""
+
+
+def resolve_device(device: str, spelling: Spelling = COMMAND_LINE) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise BenchError("--device cuda was asked for, but PyTorch sees no CUDA device")
+        raise BenchError(f"{spelling.given('device', 'cuda')} was asked for, but PyTorch sees no CUDA device")
     return torch.device(device)
 
 
