@@ -153,6 +153,11 @@ class Footprint:
             + self.schedule_steps * BYTES_PER_SCHEDULE_STEP
 
 
+def epochs_unspent(meter: BudgetMeter) -> float:
+    """The budget a run left unspent, in epochs, as its report states it (rounded to 1e-6 epochs)."""
+    return round(meter.budget_epochs - meter.epochs_used, 6)
+
+
 def steps_for(epochs: float, n_train: int, batch_size: int) -> int:
     """Minibatch steps in ``epochs`` epochs of ``n_train`` rows (what a per-step schedule holds)."""
     return math.floor(epochs + 1e-9) * math.ceil(n_train / batch_size)
@@ -198,6 +203,13 @@ class Approximator:
         self._predictive: np.ndarray | None = None
         self.report: dict = {}
         """What the run should know about how the method spent its budget (stored in the result record)."""
+
+    def resolved(self, problem: Problem):
+        """The config with every automatic setting (one whose 0 means "the method's rule decides", such as SAE's
+        ``chains``) replaced by the value a run on ``problem`` under its meter's budget uses: what a result record
+        keeps as ``resolved`` beside the ``config`` asked for. Running with it is the same run, bit for bit. The
+        default, for a method without automatic settings: the config itself."""
+        return self.config
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         """What a run of ``budget`` epochs holds at once (checked before :meth:`fit` builds anything).

@@ -44,6 +44,9 @@ A method is a subclass of :class:`Approximator` with
   problem, n_members, generator)``, then ``add({name: (K, *shape)})`` for K networks' parameters stacked
   on a leading axis (or ``add_outputs((K, N_test, n_outputs))``) as they finish, then ``result()``. It
   keeps the Bayesian model average online, so members never need to be held in memory together.
+- optionally ``resolved(self, problem) -> Config``: the config with every automatic setting (one whose 0 means
+  "the method's rule decides") replaced by what a run on ``problem`` (its meter's budget) uses, the same run bit for
+  bit; a result record keeps it as ``resolved`` beside the ``config`` asked for (default: the config itself);
 - optionally ``footprint(self, budget, n_train) -> Footprint``, what a run holds at once, checked against
   the device's memory before ``fit`` is called; ``architecture_change(cls, config) -> str | None``, for a
   method that changes the task's network; ``self.report`` (a dict stored in the result record).
@@ -100,7 +103,7 @@ from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood, log_prior
 from bench.records import SEED_LIMIT, read_result
 from bench.runner import (DEVICES, RunSpec, check_label, fit_and_predict, metered, planned, resolve_device,
-                          run as run_spec)
+                          resolved_config, run as run_spec)
 from bench.tasks import Task, all_task_names, get_task, task_names
 from bench.tasks.custom import make_task
 
@@ -164,7 +167,8 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
     if workers is not None:
         _count(workers, "workers")
     if ray_address is not None and not isinstance(ray_address, str):
-        raise ConfigError(f"ray_address must be None or a cluster's address (a str, host:port), got {shown(ray_address)}")
+        raise ConfigError(f"ray_address must be None or a cluster's address (a str, host:port), got "
+                          f"{shown(ray_address)}")
     threads = _count(threads, "threads")
     sweep_runs.check_executor(executor, workers, threads, ray_address, PYTHON)
     runs = sweep_runs.plan(methods, tasks, budgets, seeds, pairs, _folder(out, "out"), _device(device),
@@ -251,6 +255,8 @@ def dataframe(records: "list[dict]"):
 TABLE_FIELDS = ("task", "method", "label", "budget", "seed", "epochs_used", "test_passes", "wall_seconds")
 """The columns :func:`table` copies from a record as they are; the rest are flattened from its dicts."""
 _RECORD_DICTS = ("metrics", "metrics_by_block", "config")
+_OPTIONAL_DICTS = ("noise_floor", "resolved", "method_report")
+"""Absent or null in some records (an official reference has no noise floor; older records have no ``resolved``)."""
 
 
 def _not_a_record(record) -> str | None:
@@ -262,6 +268,7 @@ def _not_a_record(record) -> str | None:
              **{key: (dict,) for key in _RECORD_DICTS}}
     wrong = [key for key, kind in kinds.items() if key in record and (isinstance(record[key], bool)
                                                                        or not isinstance(record[key], kind))]
+    wrong += [key for key in _OPTIONAL_DICTS if record.get(key) is not None and not isinstance(record[key], dict)]
     wrong += [key for key in ("metrics_by_block", "noise_floor") if isinstance(record.get(key), dict)
               and not all(isinstance(values, dict) for values in record[key].values())]
     if missing or wrong:
@@ -372,7 +379,8 @@ def _torch_threads(threads: int) -> Iterator[None]:
     """torch's threads set to ``threads`` (a whole number from 1 to the usable cores) for the block, then restored."""
     cores = usable_cores()
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
-        raise ConfigError(f"threads must be a whole number from 1 to the {cores} usable CPU core(s), got {shown(threads)}")
+        raise ConfigError(f"threads must be a whole number from 1 to the {cores} usable CPU core(s), got "
+                          f"{shown(threads)}")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -385,7 +393,8 @@ def _torch_threads(threads: int) -> Iterator[None]:
 class Fit:
     """What :func:`fit` returns: the fitted method (its state, e.g. a Laplace posterior or SWAG's moments, as
     its module documents), its predictive (``(N_test, C)`` probabilities or ``(N_test, S)`` samples), its
-    report, its config and the meter's account (``epochs_used``, ``test_passes``)."""
+    report, its config, the meter's account (``epochs_used``, ``test_passes``) and ``resolved``: the config's
+    fields as the run used them, automatic settings (0 for "the method's rule") replaced by the rule's choice."""
 
     approximator: Approximator
     predictive: np.ndarray
@@ -393,6 +402,7 @@ class Fit:
     config: object
     epochs_used: float
     test_passes: float
+    resolved: dict
 
 
 def fit(task: "str | Task", method: str | type[Approximator], budget: float, seed: int = 0, *,
@@ -406,9 +416,10 @@ def fit(task: "str | Task", method: str | type[Approximator], budget: float, see
     problem, data = metered(the_task, check_budget_size(budget), resolve_device(_device(device), PYTHON))
     config = resolve_config(method_class, the_task.name, dict(_setting_texts(settings, [method_class])), PYTHON)
     approximator = planned(method_class, config, problem, data)
+    resolved = resolved_config(approximator, problem)
     with _torch_threads(threads):
         predictive, report = fit_and_predict(approximator, problem, data, seed)
-    return Fit(approximator, predictive, report, config, data.meter.epochs_used, data.meter.test_passes)
+    return Fit(approximator, predictive, report, config, data.meter.epochs_used, data.meter.test_passes, resolved)
 
 
 def _setting_text(value: object) -> str:

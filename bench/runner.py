@@ -129,6 +129,13 @@ def planned(method: type[Approximator], config, problem: Problem, data: MeteredD
     return approximator
 
 
+def resolved_config(approximator: Approximator, problem: Problem) -> dict:
+    """What a run of the planned ``approximator`` on ``problem`` uses for each setting, automatic ones (0 for "the
+    method's rule") replaced by the rule's choice (:meth:`Approximator.resolved`), as a dict of its fields."""
+    with users_code(type(approximator), "resolved settings"):
+        return asdict(approximator.resolved(problem))
+
+
 def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredData,
                     seed: int) -> tuple[np.ndarray, dict]:
     """Fits a planned approximator under the meter with the run's generator; returns its predictive
@@ -215,6 +222,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
     problem, data = _prepare(spec, device, on_progress)
     config = resolve_config(method, problem.task, dict(spec.overrides))
     approximator = planned(method, config, problem, data)
+    resolved = resolved_config(approximator, problem)
     with users_code(method, "architecture_change"):
         architecture_change = method.architecture_change(config)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
@@ -244,6 +252,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "wall_seconds": round(wall, 3),
             "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
             "config": asdict(config),
+            "resolved": resolved,
             "architecture_change": architecture_change,
             "method_report": report,
             "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},

@@ -104,6 +104,23 @@ def test_a_bad_call_is_a_bench_error(tmp_path, call, message):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_record_says_what_ran_beside_what_was_asked_for(tmp_path):
+    """SAE's chains and members per chain 0 mean "the allocation rule's choice": the config keeps the 0 (a
+    configuration is the same at every budget, and a finished run is recognised by it), ``resolved`` says what ran,
+    and the table shows it."""
+    result = api.run("toy-gap", "sae", 240, out=tmp_path)
+    assert (result["config"]["chains"], result["config"]["members_per_chain"]) == (0, 0)
+    assert (result["resolved"]["chains"], result["resolved"]["members_per_chain"]) == (2, 5)
+    assert {k: v for k, v in result["resolved"].items() if k not in ("chains", "members_per_chain")} == \
+        {k: v for k, v in result["config"].items() if k not in ("chains", "members_per_chain")}
+    assert result["method_report"]["members"] == 10
+    row = api.table([result])[0]
+    assert (row["config.chains"], row["resolved.chains"], row["resolved.members_per_chain"]) == (0, 2, 5)
+    assert "resolved.lr" not in row, "only the settings the rule resolved"
+    with pytest.raises(api.BenchError, match=r"already holds a finished run; pass --force \(force=True from Python\)"):
+        api.run("toy-gap", "sae", 240, out=tmp_path)  # the same configuration: resolved values never enter the check
+
+
 def test_booleans_reach_the_config_as_booleans(tmp_path):
     result = api.run("toy-gap", "ae", 4, settings={"vectorise": False, "epochs": 2}, out=tmp_path)
     assert result["config"]["vectorise"] is False
@@ -279,6 +296,9 @@ def test_a_table_has_one_flat_row_per_run(tmp_path):
     ([{"task": "toy-gap"}], r"^records\[0\]: not a run record \(no method, budget, seed, metrics, metrics_by_block, "
                             r"config\)$"),
     ([None], r"^records\[0\]: not a run record \(a NoneType, not a dict\)$"),
+    ([{"task": "toy-gap", "method": "sgd", "budget": 1, "seed": 0, "metrics": {}, "metrics_by_block": {}, "config": {},
+       "resolved": [1], "method_report": "x"}], r"^records\[0\]: not a run record \(resolved, method_report of the "
+                                                r"wrong type\)$"),
 ])
 def test_a_table_of_what_is_not_a_record_is_one_line(records_, words):
     with pytest.raises(api.ConfigError, match=words):
