@@ -23,7 +23,7 @@ from approximators.sae import SequentialAnchoredEnsemble
 from approximators.sgld import StochasticGradientLangevin
 from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
 from approximators.vogn import VOGN
-from bench.errors import ConfigError, MethodFailed
+from bench.errors import COMMAND_LINE, ConfigError, MethodFailed, Spelling
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
@@ -63,27 +63,29 @@ def _checked(method, origin: str) -> type[Approximator]:
     return method
 
 
-def load_method(spec: str) -> type[Approximator]:
-    """The class named by ``package.module:ClassName`` (imported now; any failure is one line)."""
+def load_method(spec: str, spelling: Spelling = COMMAND_LINE) -> type[Approximator]:
+    """The class named by ``package.module:ClassName`` (imported now; any failure is one line, naming ``spec`` as
+    ``spelling`` does: ``--method spec`` or ``method='spec'``)."""
+    given = spelling.given("method", spec)
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise ConfigError(f"--method {spec!r}: write a method outside bdl-bench as package.module:ClassName")
+        raise ConfigError(f"{given}: write a method outside bdl-bench as package.module:ClassName")
     try:
         target = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name is not None and (module_name + ".").startswith(error.name + "."):  # the named module is absent
-            raise ConfigError(f"--method {spec}: cannot import {module_name} ({error})") from None
-        raise MethodFailed(f"--method {spec}: importing {module_name} failed (ModuleNotFoundError: {error})") \
+            raise ConfigError(f"{given}: cannot import {module_name} ({error})") from None
+        raise MethodFailed(f"{given}: importing {module_name} failed (ModuleNotFoundError: {error})") \
             from error
     except (KeyboardInterrupt, MemoryError):
         raise
     except (Exception, SystemExit) as error:  # the module's own code failing at import: its failure, in one line
         what = f"exited (sys.exit({error.code!r}))" if isinstance(error, SystemExit) else \
             f"failed ({type(error).__name__}: {error})"
-        raise MethodFailed(f"--method {spec}: importing {module_name} {what}") from error
+        raise MethodFailed(f"{given}: importing {module_name} {what}") from error
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ConfigError(f"--method {spec}: {module_name} has no {attribute}")
+            raise ConfigError(f"{given}: {module_name} has no {attribute}")
         target = getattr(target, part)
     return _checked(target, spec)
 
@@ -94,32 +96,34 @@ def installed_methods() -> dict[str, importlib.metadata.EntryPoint]:
             if entry.name not in METHODS}
 
 
-def get_method(name: str) -> type[Approximator]:
-    """A method by its name: a built-in one, one an installed package registers, or ``package.module:ClassName``."""
+def get_method(name: str, spelling: Spelling = COMMAND_LINE) -> type[Approximator]:
+    """A method by its name: a built-in one, one an installed package registers, or ``package.module:ClassName``
+    (``spelling``: how a failure names it)."""
     if name in METHODS:
         return METHODS[name]
     if ":" in name:
-        method = load_method(name)
+        method = load_method(name, spelling)
         if method.name in METHODS:
-            raise ConfigError(f"--method {name}: its name {method.name!r} is a built-in method's; give it its own")
+            raise ConfigError(f"{spelling.given('method', name)}: its name {method.name!r} is a built-in method's; "
+                              "give it its own")
         return method
     entry = installed_methods().get(name)
     if entry is None:
         plugins = sorted(installed_methods())
         raise ConfigError(f"unknown method {name!r}; known methods: {', '.join([*METHODS, *plugins])} "
                           f"(or package.module:ClassName)")
-    method = load_method(entry.value)
+    method = load_method(entry.value, spelling)
     if method.name != name:
         raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {name!r} loads {entry.value}, whose name is "
                           f"{method.name!r}; the two must match")
     return method
 
 
-def resolve_method(method: "str | type[Approximator]") -> type[Approximator]:
+def resolve_method(method: "str | type[Approximator]", spelling: Spelling = COMMAND_LINE) -> type[Approximator]:
     """A method given by name (as :func:`get_method` takes it) or as a class (a notebook's own subclass of
     :class:`Approximator`, checked like a plugin; it may not take a built-in method's name)."""
     if isinstance(method, str):
-        return get_method(method)
+        return get_method(method, spelling)
     method = _checked(method, repr(method))
     if METHODS.get(method.name, method) is not method:
         raise ConfigError(f"{method.__qualname__}: its name {method.name!r} is a built-in method's; give it its own")

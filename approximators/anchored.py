@@ -30,8 +30,8 @@ from typing import ClassVar
 
 import torch
 
-from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, next_seed,
-                                steps_for)
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
+                                member_generators, next_seed, steps_for)
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -109,5 +109,5 @@ class AnchoredEnsemble(Approximator):
                 problem.prior_variance, c.epochs, schedule_of(c), order_seeds[group],
                 anchors={n: a[group] for n, a in anchors.items()}, split=split)
             accumulator.add(trained)
-        self.report = {"members": members, "epochs_unspent": round(budget - data.meter.epochs_used, 6)}
+        self.report = {"members": members, "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()

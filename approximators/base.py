@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import COMMAND_LINE, BudgetExhausted, ConfigError, Spelling
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -153,6 +153,11 @@ class Footprint:
             + self.schedule_steps * BYTES_PER_SCHEDULE_STEP
 
 
+def epochs_unspent(meter: BudgetMeter) -> float:
+    """The budget a run left unspent, in epochs, as its report states it (rounded to 1e-6 epochs)."""
+    return round(meter.budget_epochs - meter.epochs_used, 6)
+
+
 def steps_for(epochs: float, n_train: int, batch_size: int) -> int:
     """Minibatch steps in ``epochs`` epochs of ``n_train`` rows (what a per-step schedule holds)."""
     return math.floor(epochs + 1e-9) * math.ceil(n_train / batch_size)
@@ -199,6 +204,13 @@ class Approximator:
         self.report: dict = {}
         """What the run should know about how the method spent its budget (stored in the result record)."""
 
+    def resolved(self, problem: Problem):
+        """The config with every automatic setting (one whose 0 means "the method's rule decides", such as SAE's
+        ``chains``) replaced by the value a run on ``problem`` under its meter's budget uses: what a result record
+        keeps as ``resolved`` beside the ``config`` asked for. Running with it is the same run, bit for bit. The
+        default, for a method without automatic settings: the config itself."""
+        return self.config
+
     def footprint(self, budget: float, n_train: int) -> Footprint:
         """What a run of ``budget`` epochs holds at once (checked before :meth:`fit` builds anything).
         The default: one network, with a per-step schedule over the whole budget when the config has a
@@ -223,7 +235,7 @@ class Approximator:
         return self._predictive
 
 
-def _parse(name: str, raw: str, kind) -> object:
+def _parse(name: str, raw: str, kind, spelling: Spelling) -> object:
     try:
         if kind is bool:
             if raw.lower() in ("1", "true", "yes"):
@@ -233,10 +245,10 @@ def _parse(name: str, raw: str, kind) -> object:
             raise ValueError(raw)
         value = kind(raw)
     except ValueError:
-        raise ConfigError(f"--set {name}: expected a value of type {kind.__name__}, got {raw[:40]!r}"
+        raise ConfigError(f"{spelling.setting(name)}: expected a value of type {kind.__name__}, got {raw[:40]!r}"
                           f"{'...' if len(raw) > 40 else ''}") from None
     if kind is int and not -2**63 <= value < 2**63:  # beyond what a tensor index or count can hold
-        raise ConfigError(f"--set {name}: {len(raw)} digits is more than a 64-bit count holds")
+        raise ConfigError(f"{spelling.setting(name)}: {len(raw)} digits is more than a 64-bit count holds")
     return value
 
 
@@ -313,16 +325,17 @@ def check_settings(method: str, config) -> None:
                               f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
 
 
-def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None):
+def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None,
+                   spelling: Spelling = COMMAND_LINE):
     """The method's config for ``task``: class defaults, then per-task defaults, then ``overrides``
-    (strings from the command line, parsed by each field's declared type)."""
+    (strings, as ``--set`` gives them, parsed by each field's declared type; ``spelling``: how a failure names them)."""
     hints = typing.get_type_hints(method.Config)
     names = [f.name for f in dataclasses.fields(method.Config)]
     values = dict(method.TASK_DEFAULTS.get(task, {}))
     for key, raw in (overrides or {}).items():
         if key not in names:
             raise ConfigError(f"method {method.name!r} has no setting {key!r}; its settings: {', '.join(names)}")
-        values[key] = _parse(key, raw, hints[key])
+        values[key] = _parse(key, raw, hints[key], spelling)
     from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
 
     with users_code(method, "settings"):

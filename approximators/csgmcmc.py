@@ -38,6 +38,7 @@ replaces the authors' weight decay.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -130,6 +131,11 @@ class CyclicalSGMCMC(Approximator):
                 f"or raise the budget")
         return cycles, length
 
+    def resolved(self, problem: Problem) -> CyclicalConfig:
+        """``cycles`` as the rule chose it where the settings say 0 (one cycle per 50 epochs)."""
+        cycles, _ = self.plan(problem.meter.budget_epochs)
+        return dataclasses.replace(self.config, cycles=cycles)
+
     def footprint(self, budget: float, n_train: int) -> Footprint:
         cycles, length = self.plan(budget)
         c = self.config
@@ -154,6 +160,7 @@ class CyclicalSGMCMC(Approximator):
 
         engine.run(members.objective, rule, members.params, data, epochs, c.batch_size, members.order_seeds,
                    on_epoch=keep)
-        self.report = {"cycles": cycles, "epochs_per_cycle": length, "samples_per_chain": cycles * c.samples_per_cycle,
+        self.report = {"chains": c.chains, "cycles": cycles, "epochs_per_cycle": length,
+                       "samples_per_chain": cycles * c.samples_per_cycle,
                        "epochs_unspent_per_chain": math.floor(data.meter.budget_epochs / c.chains + 1e-9) - epochs}
         self._predictive = accumulator.result()

@@ -33,6 +33,7 @@ speed, and, vectorised, what finished chains are charged.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -117,6 +118,14 @@ class BudgetedHMC(Approximator):
     Config = HMCConfig
     TASK_DEFAULTS = HMC_DEFAULTS
     check_budget = 100.0
+
+    def resolved(self, problem: Problem) -> HMCConfig:
+        """``trajectory_length`` as the references' tau = (pi / 2) sqrt(v) where it says 0 and sets the trajectory
+        (``leapfrog_steps`` 0)."""
+        c = self.config
+        if c.leapfrog_steps or c.trajectory_length:
+            return c
+        return dataclasses.replace(c, trajectory_length=hmc.default_trajectory_length(problem.prior_variance))
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         return Footprint(self.config.chains, 0, what="chain")

@@ -74,7 +74,7 @@ from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
 from approximators.base import (DRAWS_BOUNDS, EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem,
-                                member_generators, next_seed)
+                                epochs_unspent, member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
 from approximators.training import AdamConfig, Members, schedule_of, train_members
@@ -362,7 +362,7 @@ class Laplace(Approximator):
         posterior = GaussianPosterior(c.structure, theta[0], 1.0 / problem.prior_variance, data.n_train,
                                       **({"diagonal": curvature} if c.structure == "diagonal" else {"last": curvature}))
         self.posterior = posterior  # the fitted Gaussian, for a caller of bench.api.fit (tests/science)
-        self.report = {"map_epochs": map_epochs, "curvature_epochs": 1}
+        self.report = {"map_epochs": map_epochs, "curvature_epochs": 1, "epochs_unspent": epochs_unspent(data.meter)}
         draws = torch.Generator().manual_seed(next_seed(member))
         if c.structure != "diagonal":
             self._predictive = last_layer_predictive(problem, start.model, theta, posterior, c.predictive,

@@ -24,7 +24,8 @@ from typing import ClassVar
 import torch
 
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
-from approximators.base import Approximator, Footprint, PredictiveAccumulator, Problem, member_seeds, steps_for
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent, member_seeds,
+                                steps_for)
 from approximators.training import AdamConfig, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -82,6 +83,7 @@ class DeepEnsemble(Approximator):
             problem.prior_variance, epochs, schedule_of(self.config), order_seeds)
         accumulator = PredictiveAccumulator(problem, members, generator)
         accumulator.add(trained)
+        self.report = {"members": members, "epochs_per_member": epochs, "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()
 
 

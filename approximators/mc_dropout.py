@@ -46,8 +46,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from approximators.base import (DRAWS_BOUNDS, Approximator, PredictiveAccumulator, Problem, member_generators,
-                                next_seed)
+from approximators.base import (DRAWS_BOUNDS, Approximator, PredictiveAccumulator, Problem, epochs_unspent,
+                                member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.training import AdamConfig, Members, schedule_of, train_members
 from bench.budget import MeteredData
@@ -163,4 +163,5 @@ class MCDropout(Approximator):
         accumulator = PredictiveAccumulator(problem, c.samples, generator, model=network)
         for _ in range(c.samples):
             accumulator.add(trained)
+        self.report = {"epochs": epochs, "masks_averaged": c.samples, "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import DRAWS_BOUNDS, Approximator, Problem, mean_field_predictive, next_seed
+from approximators.base import DRAWS_BOUNDS, Approximator, Problem, epochs_unspent, mean_field_predictive, next_seed
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
@@ -206,7 +206,7 @@ class MFVI(Approximator):
         rule = MFVIRule(Adam(cosine_schedule(c.lr, c.min_lr, steps)), problem.prior_variance, data.n_train, noise)
         state = engine.run(members.objective, rule, torch.cat([mu, rho], dim=1), data, vi_epochs, c.batch_size,
                            [next_seed(g) for g in generators])
-        self.report = {"map_epochs": map_epochs, "vi_epochs": vi_epochs}
+        self.report = {"map_epochs": map_epochs, "vi_epochs": vi_epochs, "epochs_unspent": epochs_unspent(data.meter)}
         with torch.no_grad():
             sigma = F.softplus(state.rho)
         self._predictive = mean_field_predictive(problem, generator, layout, state.params, sigma, state.noise,

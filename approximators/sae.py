@@ -33,6 +33,7 @@ it always picked the smallest learning rate, which leaves each member where its 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -41,8 +42,8 @@ import torch
 
 from approximators import guided_walk
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
-from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, next_seed,
-                                steps_for)
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
+                                member_generators, next_seed, steps_for)
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -123,6 +124,13 @@ class SequentialAnchoredEnsemble(Approximator):
     TASK_DEFAULTS = SAE_DEFAULTS
     check_budget = 120.0  # one chain: 100 epochs, then ten members of 2 epochs
 
+    def resolved(self, problem: Problem) -> SAEConfig:
+        """``chains`` and ``members_per_chain`` as the allocation rule chose them where the settings say 0."""
+        c = self.config
+        chains, members = allocation(problem.meter.budget_epochs, c.first_epochs, c.sequential_epochs, c.chains,
+                                     c.members_per_chain)
+        return dataclasses.replace(c, chains=chains, members_per_chain=members)
+
     def footprint(self, budget: float, n_train: int) -> Footprint:
         c = self.config
         chains, _ = allocation(budget, c.first_epochs, c.sequential_epochs, c.chains, c.members_per_chain)
@@ -142,7 +150,7 @@ class SequentialAnchoredEnsemble(Approximator):
             self._run_chains(model, problem, data, [generators[k] for k in group], members, split, accumulator)
         # What ran, resolved from the budget where the settings say 0 (the allocation rule's choice).
         self.report = {"chains": chains, "members_per_chain": members, "members": chains * members,
-                       "epochs_unspent": round(data.meter.budget_epochs - data.meter.epochs_used, 6)}
+                       "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()
 
     def _run_chains(self, model, problem, data, generators, members, split, accumulator) -> None:

@@ -34,8 +34,8 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators, next_seed,
-                                steps_for)
+from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
+                                member_generators, next_seed, steps_for)
 from approximators.training import Members
 from approximators.updates import SGLD
 from bench.budget import MeteredData
@@ -132,5 +132,6 @@ class StochasticGradientLangevin(Approximator):
 
         engine.run(members.objective, SGLD(schedule, data.n_train, noise), members.params, data, epochs, c.batch_size,
                    members.order_seeds, on_epoch=keep)
-        self.report = {"epochs_per_chain": epochs, "burn_in_epochs": burn_in, "samples_per_chain": samples}
+        self.report = {"chains": c.chains, "epochs_per_chain": epochs, "burn_in_epochs": burn_in,
+                       "samples_per_chain": samples, "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()

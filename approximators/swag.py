@@ -45,6 +45,7 @@ training rows, never the HMC reference.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -53,7 +54,7 @@ import torch
 
 from approximators import engine
 from approximators.base import (DRAWS_BOUNDS, Approximator, Footprint, PredictiveAccumulator, Problem,
-                                member_generators, steps_for)
+                                epochs_unspent, member_generators, steps_for)
 from approximators.training import Members
 from approximators.updates import SGD
 from bench.budget import MeteredData
@@ -173,12 +174,21 @@ class SWAG(Approximator):
     check_budget = 20.0
     low_rank = True
 
+    def period(self, steps_in_epoch: int) -> int:
+        """Steps between snapshots: ``collect_every``, or one epoch's steps where it says 0 (the paper's)."""
+        return self.config.collect_every or steps_in_epoch
+
+    def resolved(self, problem: Problem) -> SWAGConfig:
+        """``collect_every`` as the steps of one epoch where the settings say 0."""
+        c = self.config
+        return dataclasses.replace(c, collect_every=self.period(engine.steps_per_epoch(problem.n_train, c.batch_size)))
+
     def plan(self, budget: float, steps_in_epoch: int) -> tuple[int, int, int]:
         """(epochs per run, first-phase epochs, snapshots per run) for a budget, or a one-line error."""
         c = self.config
         epochs = math.floor(budget / c.runs + 1e-9)
         first = max(1, round(c.swa_start * epochs))
-        period = c.collect_every or steps_in_epoch
+        period = self.period(steps_in_epoch)
         snapshots = (epochs - first) * steps_in_epoch // period
         if snapshots < 2:
             raise BudgetExhausted(
@@ -195,7 +205,7 @@ class SWAG(Approximator):
         c = self.config
         steps_in_epoch = engine.steps_per_epoch(data.n_train, c.batch_size)
         epochs, first, snapshots = self.plan(data.meter.budget_epochs, steps_in_epoch)
-        period = c.collect_every or steps_in_epoch
+        period = self.period(steps_in_epoch)
         generators = member_generators(generator, c.runs)
         members = Members.start(problem, data, generators)
         layout = members.model.layout
@@ -211,8 +221,9 @@ class SWAG(Approximator):
 
         engine.run(members.objective, SGD(rates, c.momentum), members.params, data, epochs, c.batch_size,
                    members.order_seeds, on_step=collect)
-        self.report = {"snapshots_per_run": moments.count, "deviations_used": moments.rank,
-                       "first_phase_epochs": first, "epochs_per_run": epochs}
+        self.report = {"runs": c.runs, "snapshots_per_run": moments.count, "deviations_used": moments.rank,
+                       "first_phase_epochs": first, "epochs_per_run": epochs,
+                       "epochs_unspent": epochs_unspent(data.meter)}
         if moments.rank < c.rank and self.low_rank:
             self.report["note"] = f"{moments.count} snapshots per run: the low-rank part has rank {moments.rank}, not {c.rank}"
         accumulator = PredictiveAccumulator(problem, c.runs * c.samples, generator)

@@ -51,7 +51,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from approximators import engine
-from approximators.base import DRAWS_BOUNDS, Approximator, Problem, mean_field_predictive
+from approximators.base import DRAWS_BOUNDS, Approximator, Problem, epochs_unspent, mean_field_predictive
 from approximators.engine import Objective
 from approximators.per_example import gradient_moments
 from approximators.sgld import chain_generators
@@ -204,7 +204,7 @@ class VOGN(Approximator):
         rule = VOGNRule(c.lr, c.beta1, c.beta2, c.mc_samples, tempering_schedule(steps, c.tempering, c.tau_start),
                         problem.prior_variance, data.n_train, initial_precision, noise)
         state = engine.run(members.objective, rule, params, data, epochs, c.batch_size, members.order_seeds)
-        self.report = {"epochs": epochs, "epochs_unspent": round(data.meter.budget_epochs - data.meter.epochs_used, 6)}
+        self.report = {"epochs": epochs, "epochs_unspent": epochs_unspent(data.meter)}
         with torch.no_grad():
             sigma = state.sigma(data.n_train, rule.delta_tilde(steps - 1))
         self._predictive = mean_field_predictive(problem, generator, members.model.layout, state.params, sigma,

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from bench.errors import BudgetExhausted, MeterMisuse
+from bench.errors import BudgetExhausted, MeterMisuse, shown
 
 
 PROGRESS_REPORTS = 1000
@@ -59,12 +59,12 @@ def check_planned_epochs(epochs: float, limit: float, what: str) -> None:
 
 def check_budget_size(budget_epochs) -> float:
     """``budget_epochs`` as a float in (0, MAX_BUDGET_EPOCHS], or a one-line :class:`BudgetExhausted`."""
-    if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) \
-            or not (budget_epochs > 0 and math.isfinite(budget_epochs)):
-        raise BudgetExhausted(f"the budget must be a positive number of epochs, got {budget_epochs}")
+    if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) or not budget_epochs > 0 \
+            or budget_epochs == math.inf:  # NaN fails > 0; a whole number is compared, never converted (2^5000)
+        raise BudgetExhausted(f"the budget must be a positive number of epochs, got {shown(budget_epochs)}")
     if budget_epochs > MAX_BUDGET_EPOCHS:
-        raise BudgetExhausted(f"a budget of {budget_epochs:g} epochs is more than bdl-bench runs "
-                              f"(at most {MAX_BUDGET_EPOCHS:g} epochs)")
+        raise BudgetExhausted(f"the budget must be at most {MAX_BUDGET_EPOCHS:g} epochs (bdl-bench runs no more), got "
+                              f"{shown(budget_epochs)}")
     return float(budget_epochs)
 
 

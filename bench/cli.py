@@ -423,10 +423,18 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
+SHOWN_DIGITS = 4
+"""Significant digits of a number shown as a setting (``methods``, ``tasks``): every tuned default has at most 4."""
+
+
 def _shown_setting(value) -> str:
-    """A setting as a person reads it: a float to 10 significant digits (161/300 as 0.5366666667), which ``--set``
-    parses back to within 1e-10; the record keeps the exact value."""
-    return f"{value:.10g}" if isinstance(value, float) else str(value)
+    """A setting as a person reads it, the one rule for every shown setting: a float to :data:`SHOWN_DIGITS`
+    significant digits, marked ``~`` where that rounds it (161/300 as ~0.5367: typed back into ``--set`` it would be
+    another configuration); anything else as it is. Records keep the exact value."""
+    if not isinstance(value, float):
+        return str(value)
+    text = f"{value:.{SHOWN_DIGITS}g}"
+    return text if float(text) == value else f"~{text}"
 
 
 def _earlier_row(folder: Path) -> dict:
@@ -470,7 +478,7 @@ def _cmd_tasks(args) -> int:
         d = task.describe()
         rows.append({"task": name, "version": task.version, "kind": task.kind, "train": task.n_train,
                      "test": task.n_test, "model": task.architecture, "parameters": task.n_parameters(),
-                     "likelihood": d["likelihood"]["name"], "prior variance": f"{task.prior_variance:.4g}",
+                     "likelihood": d["likelihood"]["name"], "prior variance": _shown_setting(task.prior_variance),
                      "reference": reference_status(task)})
     for name in COMPETITION:
         spec, manifest = SPECS[name], read_manifest(name, args.cache)
@@ -479,7 +487,8 @@ def _cmd_tasks(args) -> int:
                      "train": task.n_train if task else "-", "test": task.n_test if task else "-",
                      "model": spec.architecture.split(" (")[0],
                      "parameters": sum(p.numel() for p in spec.model_factory().parameters()),
-                     "likelihood": spec.likelihood.describe()["name"], "prior variance": f"{spec.prior_variance:.4g}",
+                     "likelihood": spec.likelihood.describe()["name"],
+                     "prior variance": _shown_setting(spec.prior_variance),
                      "reference": f"official, {reference_status(task)}" if task else "not fetched"})
     print(_wrapped(rows, {"model": 40}))
     details = []
@@ -508,7 +517,7 @@ def _wrapped(rows: list[dict], widths: dict[str, int]) -> str:
 def _flat_settings(values: dict, prefix: str = "") -> str:
     """``{"a": 1, "b": {"c": 2}}`` -> ``"a=1, b.c=2"``: nested settings on one readable line."""
     return ", ".join(_flat_settings(value, f"{prefix}{key}.") if isinstance(value, dict) and value
-                     else f"{prefix}{key}={value}" for key, value in values.items())
+                     else f"{prefix}{key}={_shown_setting(value)}" for key, value in values.items())
 
 
 def _cmd_fetch(args) -> int:
@@ -589,6 +598,8 @@ def _cmd_methods(args) -> int:
     print(_wrapped(settings, {"settings": 100, f"settings on {task}": 100}))
     print("\n* the task's own default for the method (`--set key=value` overrides any setting)" if task else
           "\nclass defaults; `methods --task T` shows the values a run on T uses, `--set key=value` overrides any")
+    if any("=~" in text for row in settings for text in row.values()):
+        print(f"~ rounded to {SHOWN_DIGITS} significant digits (runs use and record the exact value)")
     return 0
 
 

@@ -15,7 +15,9 @@ Exit codes (documented in the README):
 """
 
 import errno
+import math
 import sqlite3
+from dataclasses import dataclass
 
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
@@ -64,6 +66,44 @@ class MethodFailed(Exception):
 class DamagedFile(BenchError):
     """A file bdl-bench wrote or fetched (a registry, manifest, run record, trust store) that can no longer be
     read as written: truncated, edited, replaced by something that is not a regular file."""
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a message names what the user gave, in the words of the call that gave it: the command line's options
+    (``--method x``, ``--set lr``) or the Python API's arguments (``method='x'``, ``settings['lr']``). An option and
+    its argument share a name (``ray_address`` is ``--ray-address``)."""
+
+    python: bool
+
+    def option(self, name: str) -> str:
+        """``"ray_address"`` -> ``--ray-address`` or ``ray_address``."""
+        return name if self.python else "--" + name.replace("_", "-")
+
+    def given(self, name: str, value: object) -> str:
+        """The option with its value: ``--method x`` or ``method='x'``."""
+        return f"{name}={value!r}" if self.python else f"{self.option(name)} {value}"
+
+    def setting(self, key: str) -> str:
+        """One of a method's settings: ``--set lr`` or ``settings['lr']``."""
+        return f"settings[{key!r}]" if self.python else f"--set {key}"
+
+
+COMMAND_LINE = Spelling(python=False)
+PYTHON = Spelling(python=True)
+
+SHOWN_CHARS = 40
+"""The most of a wrong value an error line shows."""
+
+
+def shown(value: object) -> str:
+    """A wrong value as an error line shows it: its repr, cut at :data:`SHOWN_CHARS` characters (a whole number too
+    long for Python to print, by its length)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond sys.get_int_max_str_digits()
+        return f"a whole number of about {int(value.bit_length() * math.log10(2))} digits"
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
 _OS_ADVICE = {

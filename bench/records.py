@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from bench.errors import BenchError
+from bench.errors import BenchError, shown
 from bench.io import atomic_write_bytes, exclusive, json_bytes, npz_bytes, read_json
 
 RESULT = "result.json"
@@ -38,7 +38,11 @@ def run_folder(out: Path, task: str, method: str, budget: float, seed: int) -> P
     return Path(out) / task / method / f"budget-{budget_label(budget)}" / f"seed-{seed}"
 
 
-def _differences(held: dict, wanted: dict) -> str:
+def differences(held: dict, wanted: dict) -> str:
+    """What differs between two configurations, ``key: value there, value here`` per key (``held``: a record's,
+    or anything not a dict, as an edited record may hold)."""
+    if not isinstance(held, dict):
+        return f"{shown(held)} there, {shown(wanted)} here"
     keys = sorted(set(held) | set(wanted), key=str)
     return "; ".join(f"{k}: {held.get(k, '(unset)')!r} there, {wanted.get(k, '(unset)')!r} here"
                      for k in keys if held.get(k) != wanted.get(k))
@@ -61,7 +65,7 @@ def finished_with(folder: Path, config: dict | None = None) -> bool:
             raise BenchError(f"{folder} already holds a finished run; pass --force (force=True from Python) to "
                              "overwrite it")
         raise BenchError(f"{folder} already holds a finished run of another configuration ("
-                         f"{_differences(held, wanted)}); choose another --out, or pass --force (force=True from "
+                         f"{differences(held, wanted)}); choose another --out, or pass --force (force=True from "
                          "Python) to replace it")
     return True
 

@@ -29,7 +29,7 @@ from approximators.base import check_footprint
 from approximators.boundary import is_built_in, users_code
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import BenchError, ConfigError, MethodFailed
+from bench.errors import COMMAND_LINE, BenchError, ConfigError, MethodFailed, Spelling
 from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
 
@@ -45,11 +45,15 @@ def check_label(label: str | None) -> None:
                           f"got {label!r}")
 
 
-def resolve_device(device: str) -> torch.device:
+DEVICES = ("auto", "cpu", "cuda")
+"""Where a run trains: ``auto`` is CUDA when PyTorch sees a GPU, else the CPU."""
+
+
+def resolve_device(device: str, spelling: Spelling = COMMAND_LINE) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise BenchError("--device cuda was asked for, but PyTorch sees no CUDA device")
+        raise BenchError(f"{spelling.given('device', 'cuda')} was asked for, but PyTorch sees no CUDA device")
     return torch.device(device)
 
 
@@ -123,6 +127,13 @@ def planned(method: type[Approximator], config, problem: Problem, data: MeteredD
     with users_code(method, "footprint"):
         check_footprint(approximator, data.meter.budget_epochs, data.n_train, n_params, data.device)
     return approximator
+
+
+def resolved_config(approximator: Approximator, problem: Problem) -> dict:
+    """What a run of the planned ``approximator`` on ``problem`` uses for each setting, automatic ones (0 for "the
+    method's rule") replaced by the rule's choice (:meth:`Approximator.resolved`), as a dict of its fields."""
+    with users_code(type(approximator), "resolved settings"):
+        return asdict(approximator.resolved(problem))
 
 
 def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredData,
@@ -211,6 +222,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
     problem, data = _prepare(spec, device, on_progress)
     config = resolve_config(method, problem.task, dict(spec.overrides))
     approximator = planned(method, config, problem, data)
+    resolved = resolved_config(approximator, problem)
     with users_code(method, "architecture_change"):
         architecture_change = method.architecture_change(config)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
@@ -240,6 +252,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "wall_seconds": round(wall, 3),
             "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
             "config": asdict(config),
+            "resolved": resolved,
             "architecture_change": architecture_change,
             "method_report": report,
             "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from approximators import get_method, resolve_config
+from approximators import resolve_config, resolve_method
 from bench import executors, records
-from bench.errors import ConfigError
+from bench.errors import COMMAND_LINE, ConfigError, Spelling
 from bench.executors import Outcome
 from bench.progress import Progress, run_title
 from bench.runner import RunSpec, resolve_device
@@ -77,19 +77,21 @@ def _normalised(config) -> dict:
     return records.as_recorded(asdict(config))
 
 
-def plan(methods: list[str], tasks: list[str] | None, budgets: list[float], seeds: list[int],
+def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: list[int],
          settings: list[tuple[str, str]], out: Path, device: str = "cpu", cache: Path | None = None,
-         command: str | None = None, force: bool = False) -> list[PlannedRun]:
-    """Every run of the sweep, checked before any trains: methods, tasks and settings exist, no two variants
-    give a method the same configuration, and no run folder holds a finished run of another configuration
-    (``force``: every run trains, replacing what its folder holds)."""
-    resolved: dict[str, tuple[str, type]] = {}
+         command: str | None = None, force: bool = False, spelling: Spelling = COMMAND_LINE) -> list[PlannedRun]:
+    """Every run of the sweep, checked before any trains: methods (names, or classes from Python), tasks and
+    settings exist, no two variants give a method the same configuration, and no run folder holds a finished run of
+    another configuration (``force``: every run trains, replacing what its folder holds). ``spelling``: how a
+    failure names what was given."""
+    resolved: dict[str, tuple[object, type]] = {}
     for given in dict.fromkeys(methods):
-        method = get_method(given)
+        method = resolve_method(given, spelling)
         first = resolved.setdefault(method.name, (given, method))
         if first[1] is not method:
-            raise ConfigError(f"--method {first[0]} and --method {given} are two methods named {method.name!r}; "
-                              "their runs would share run folders; sweep them separately with different --out")
+            named = [spelling.given("method", getattr(each, "__qualname__", each)) for each in (first[0], given)]
+            raise ConfigError(f"{named[0]} and {named[1]} are two methods named {method.name!r}; their runs would "
+                              f"share run folders; sweep them separately with different {spelling.option('out')}")
     task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
     budget_list, seed_list = list(dict.fromkeys(map(float, budgets))), list(dict.fromkeys(seeds))
     runs, configs = [], {}
@@ -97,7 +99,7 @@ def plan(methods: list[str], tasks: list[str] | None, budgets: list[float], seed
         root = Path(out) / variant.name if variant.name else Path(out)
         for name, (given, method) in resolved.items():
             for task in task_list:
-                config = _normalised(resolve_config(method, task, dict(variant.overrides)))
+                config = _normalised(resolve_config(method, task, dict(variant.overrides), spelling))
                 same = configs.setdefault((name, task, json.dumps(config, sort_keys=True)), variant.name)
                 if same != variant.name:
                     raise ConfigError(f"variants {same} and {variant.name} give {name} on {task} the same "
@@ -127,19 +129,22 @@ def _terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def check_executor(executor: str, workers: int | None, threads: int, ray_address: str | None) -> None:
+def check_executor(executor: str, workers: int | None, threads: int, ray_address: str | None,
+                   spelling: Spelling = COMMAND_LINE) -> None:
     """Refuses option combinations that cannot mean what they say, and a local plan that oversubscribes cores."""
+    option = spelling.option
     if executor == "ray":
         if workers is not None:
-            raise ConfigError("--workers sets the local executor's processes; on Ray each run is a task of --threads "
-                              "CPUs and the cluster decides how many run at once")
+            raise ConfigError(f"{option('workers')} sets the local executor's processes; on Ray each run is a task of "
+                              f"{option('threads')} CPUs and the cluster decides how many run at once")
         return
     if ray_address is not None:
-        raise ConfigError("--ray-address is for --executor ray")
+        raise ConfigError(f"{option('ray_address')} is for {spelling.given('executor', 'ray')}")
     cores = executors.usable_cores()
     if (workers or 1) * threads > cores:
-        raise ConfigError(f"--workers {workers or 1} x --threads {threads} would run {(workers or 1) * threads} "
-                          f"threads on {cores} CPU cores and oversubscribe them; lower --workers or --threads")
+        raise ConfigError(f"{spelling.given('workers', workers or 1)} x {spelling.given('threads', threads)} would run "
+                          f"{(workers or 1) * threads} threads on {cores} CPU cores and oversubscribe them; lower "
+                          f"{option('workers')} or {option('threads')}")
 
 
 def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None = None, threads: int = 1,
@@ -168,3 +173,10 @@ def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None
         else:
             executors.run_in_workers(specs, workers, threads, finished)
     return outcomes
+
+
+def finished_records(runs: list[PlannedRun], outcomes: dict[PlannedRun, Outcome]) -> list[tuple[PlannedRun, dict]]:
+    """Each finished run of ``runs`` with its record, in the plan's order: the record of a run trained now from its
+    outcome, of one finished earlier (skipped) from its folder; failed runs are left out."""
+    return [(run, outcomes[run].result if run in outcomes else records.read_result(run.folder)) for run in runs
+            if run.finished or outcomes[run].result is not None]

@@ -1,9 +1,10 @@
 """Re-execution of a claim: rerun a finished run under the meter and compare it with what it recorded.
 
-``python -m bench verify RUN_DIR`` reads the run's task, method, resolved configuration, budget and
+``python -m bench verify RUN_DIR`` reads the run's task, method, configuration, budget and
 seed from ``result.json``, trains the method again under a fresh meter, and compares:
 
 - ``epochs_used`` and ``test_passes``: always exactly (the budget the run claims is the one it used);
+- ``resolved``, the settings the run says it used (automatic ones resolved), where the record has it: exactly;
 - the predictions, when the run's recorded environment (versions, platform, CPU, threads; the re-execution uses
   the run's thread count where this machine has the cores) is this
   machine's: **bitwise**, since training is deterministic there;
@@ -33,7 +34,7 @@ from approximators.base import check_settings
 from approximators.boundary import users_code
 from bench import metrics, records
 from bench.errors import BenchError, ConfigError
-from bench.runner import environment, execute, metered
+from bench.runner import environment, fit_and_predict, metered, planned, resolved_config
 from bench.tasks import get_task
 
 CROSS_ENVIRONMENT_FACTOR = 2.0
@@ -150,16 +151,21 @@ def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, 
     config = _recorded_config(method, result["config"], folder)
     seed = result["seed"]
 
-    def rerun(with_seed: int) -> tuple[np.ndarray, float, float]:
+    def rerun(with_seed: int) -> tuple[np.ndarray, float, float, dict]:
         problem, data = metered(task, result["budget"])
-        predictions, _ = execute(method, config, problem, data, with_seed)
-        return predictions, data.meter.epochs_used, data.meter.test_passes
+        approximator = planned(method, config, problem, data)
+        resolved = resolved_config(approximator, problem)
+        predictions, _ = fit_and_predict(approximator, problem, data, with_seed)
+        return predictions, data.meter.epochs_used, data.meter.test_passes, resolved
 
-    predictions, epochs_used, test_passes = rerun(seed)
+    predictions, epochs_used, test_passes, resolved = rerun(seed)
     budget_problems = [f"{name} {claimed:g} recorded, {actual:g} re-executed"
                        for name, claimed, actual in (("epochs_used", result["epochs_used"], epochs_used),
                                                      ("test_passes", result["test_passes"], test_passes))
                        if claimed != actual]
+    if "resolved" in result and result["resolved"] != records.as_recorded(resolved):
+        budget_problems.append(
+            f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
     if predictions.shape != recorded.shape:
         return Verification(folder, "bitwise", False, f"recorded predictions have shape {recorded.shape}, the "
                                                       f"re-execution {predictions.shape}")
@@ -170,7 +176,7 @@ def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, 
                   f"{np.max(np.abs(predictions - recorded)):.3g})")
         return Verification(folder, "bitwise", not differing and not budget_problems,
                             "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}")
-    other, _, _ = rerun(seed + 1)
+    other, _, _, _ = rerun(seed + 1)
     to_record = _distance(task.kind, recorded, predictions)
     seed_to_seed = _distance(task.kind, other, predictions)
     passed = to_record <= CROSS_ENVIRONMENT_FACTOR * seed_to_seed and not budget_problems

@@ -83,3 +83,59 @@ def test_predictive_draws_are_bounded_before_any_work(method):
     assert resolve_config(METHODS[method], "toy-gap", {"samples": str(MAX_DRAWS)}).samples == MAX_DRAWS
     with pytest.raises(ConfigError, match=f"samples must lie in \\[1, {MAX_DRAWS}\\]"):
         resolve_config(METHODS[method], "toy-gap", {"samples": str(10**9)})
+
+
+SMALL_BUDGETS = {"sgd": 1, "de": 5, "ae": 100, "sae": 102, "swag": 5, "swag-diag": 5, "multiswag": 15, "sgld": 4,
+                 "csgmcmc": 30, "vogn": 2, "mfvi": 2, "mc-dropout": 1, "laplace": 2, "hmc": 10}
+"""A budget at which each built-in method runs on toy-gap with its defaults, small enough for the suite."""
+STRUCTURE = {"sgd": "members", "de": "members", "ae": "members", "sae": "members_per_chain", "swag": "runs",
+             "swag-diag": "runs", "multiswag": "runs", "sgld": "chains", "csgmcmc": "cycles", "vogn": "epochs",
+             "mfvi": "vi_epochs", "mc-dropout": "masks_averaged", "laplace": "map_epochs", "hmc": "samples_kept"}
+"""What each method's report must say about how its budget was spent (besides the epochs it left unspent)."""
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_reports_its_structure_and_what_it_left_unspent(method):
+    """sgd, de and mc-dropout reported nothing; every record now says what ran."""
+    from bench.api import fit
+
+    fitted = fit("toy-gap", method, SMALL_BUDGETS[method])
+    assert STRUCTURE[method] in fitted.report and fitted.report[STRUCTURE[method]] >= 1
+    assert fitted.report.get("epochs_unspent", fitted.report.get("epochs_unspent_per_chain")) == \
+        pytest.approx(SMALL_BUDGETS[method] - fitted.epochs_used, abs=1e-6)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_only_automatic_settings_are_resolved(method):
+    """resolved() replaces settings whose 0 means "the method's rule decides" and nothing else."""
+    from bench.runner import metered, planned, resolved_config
+
+    cls = METHODS[method]
+    config = resolve_config(cls, "toy-gap")
+    problem, data = metered(get_task("toy-gap"), SMALL_BUDGETS[method])
+    resolved = resolved_config(planned(cls, config, problem, data), problem)
+    changed = {name for name, value in resolved.items() if value != getattr(config, name)}
+    assert all(getattr(config, name) == 0 and resolved[name] > 0 for name in changed)
+    assert type(cls(cls.Config(**resolved)).config) is cls.Config, "the resolved settings are valid settings"
+
+
+@pytest.mark.parametrize("method, budget, settings, automatic", [
+    ("sae", 240, {}, {"chains": 2, "members_per_chain": 5}),  # the allocation rule at 240 epochs
+    ("sae", 120, {"chains": 1}, {"members_per_chain": 5}),  # 100 epochs, then 4 members of 5 epochs
+    ("csgmcmc", 100, {}, {"cycles": 2}),  # one cycle per 50 epochs
+    ("swag", 20, {}, {"collect_every": 5}),  # one epoch of toy-gap's 80 rows in batches of 16
+    ("multiswag", 30, {"batch_size": 32}, {"collect_every": 3}),
+    # tau = (pi / 2) sqrt(v) for toy-gap's prior variance 0.2
+    ("hmc", 300, {"leapfrog_steps": 0, "burn_in": 0.2}, {"trajectory_length": np.pi / 2 * 0.2**0.5}),
+])
+def test_a_run_with_its_resolved_settings_is_the_same_run(method, budget, settings, automatic):
+    """The record keeps the configuration asked for (0: the rule's choice; what identifies a configuration across
+    budgets) and, beside it, what the rule chose; running with the chosen values gives the same bytes."""
+    from bench.api import fit
+
+    asked = fit("toy-gap", method, budget, seed=4, settings=settings)
+    assert {name: getattr(asked.config, name) for name in automatic} == dict.fromkeys(automatic, 0)
+    assert {name: asked.resolved[name] for name in automatic} == pytest.approx(automatic, rel=1e-12)
+    chosen = fit("toy-gap", method, budget, seed=4, settings=asked.resolved)
+    assert chosen.resolved == asked.resolved
+    assert (chosen.predictive == asked.predictive).all() and chosen.report == asked.report

@@ -185,12 +185,33 @@ def test_methods_for_a_task_shows_the_values_a_run_there_uses(run_cli):
     line = [line for line in out.splitlines() if line.startswith("sgd ")][-1]  # the settings table's row
     for key, value in digits.items():
         marked = "*" if value != getattr(get_method("sgd").Config(), key) else ""
-        assert f"{key}={f'{value:.10g}' if isinstance(value, float) else value}{marked}" in line
+        assert f"{key}={value}{marked}" in line  # 4 significant digits show every tuned default exactly
     assert "batch_size=64*" in line  # digits' own default, not the class's 32
     code, out, _ = run_cli("methods", "--method", "sgd")
-    assert "batch_size=32," in out
+    assert "batch_size=32," in out and "~" not in out, "nothing rounded, no note about rounding"
     code, out, _ = run_cli("methods", "--method", "swag")
-    assert "swa_start=0.5366666667," in out  # 161/300, readable
+    assert "swa_start=~0.5367," in out and "lr=0.05," in out  # 161/300 rounded and marked, as readable as the rest
+    assert "~ rounded to 4 significant digits (runs use and record the exact value)" in out
+
+
+def test_every_shown_setting_follows_one_rule(run_cli):
+    """4 significant digits for every number shown as a setting, a rounded one marked: the tuned defaults of every
+    method on every embedded task show exactly; only computed fractions (SWAG's 161/300) are marked."""
+    import dataclasses
+
+    from approximators import METHODS, resolve_config
+    from bench.cli import _shown_setting
+    from bench.tasks import task_names
+
+    assert (_shown_setting(161 / 300), _shown_setting(2.111e-06), _shown_setting(0.9997), _shown_setting(1 / 30),
+            _shown_setting(1000.0), _shown_setting(64), _shown_setting(True)) == \
+        ("~0.5367", "2.111e-06", "0.9997", "~0.03333", "1000", "64", "True")
+    configs = [(method, resolve_config(cls, task)) for method, cls in METHODS.items() for task in task_names()]
+    rounded = {(method, field.name) for method, config in configs for field in dataclasses.fields(config)
+               if _shown_setting(getattr(config, field.name)).startswith("~")}
+    assert rounded == {("swag", "swa_start"), ("swag-diag", "swa_start"), ("multiswag", "swa_start")}
+    code, out, _ = run_cli("tasks")
+    assert code == 0 and "~0.03333" in out  # diabetes-gap's prior variance 1/30, shown by the same rule
 
 
 def test_tasks_prints_tables_not_python_values(run_cli):
