@@ -33,7 +33,7 @@ sweeps over them, and several swept keys make every combination. With more than 
 writes under its own folder named by its swept values, as `run --out runs/lr=0.01 --set lr=0.01` would:
 
   python -m bench sweep --method sgd de --task toy-gap digits --budget 10 20 --seed 0 1 2 \\
-      --set lr=0.01 --set lr=0.02 --set batch_size=64 --workers 2
+      --set lr=0.01 lr=0.02 batch_size=64 --workers 2
   -> runs/lr=0.01/toy-gap/sgd/budget-10/seed-0/, ..., runs/lr=0.02/digits/de/budget-20/seed-2/
 
 Executors: one run after another in this process (default), --workers N processes on this machine, or
@@ -68,6 +68,12 @@ def _seed(text: str) -> int:
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2^63), got {text}")
     return value
+
+
+def _add_list(parser, *flags: str, **kwargs) -> None:
+    """A list-valued option, with one grammar in every subcommand: several values after one flag (``--task a b``),
+    and a repeated flag adds its values to the earlier ones (``--task a --task b``)."""
+    parser.add_argument(*flags, nargs="+", action="extend", **kwargs)
 
 
 def _add_threads(parser) -> None:
@@ -125,7 +131,7 @@ class _Once(argparse.Action):
         given = set(getattr(namespace, "_given_once", ()))
         if self.dest in given:
             parser.error(f"{option_string} given more than once; it takes one value"
-                         + ("" if self.dest != "seed" else " (repeat --seed only with `run`)"))
+                         + ("" if self.dest != "seed" else " (several seeds: `run` or `sweep`)"))
         namespace._given_once = given | {self.dest}
         setattr(namespace, self.dest, values)
 
@@ -137,30 +143,37 @@ class _OneLineParser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"error: {message} (see `python -m bench {self.prog.split()[-1]} --help`)\n"
-                  if self.prog.split()[-1] in SUBCOMMANDS else f"error: {message} (see `python -m bench --help`)\n")
+        # A subcommand's parser is named by its whole command line (`python -m bench reference generate`).
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="python -m bench", description=(
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand ``args`` chose, whose ``--help`` an error about its arguments points to."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return _innermost(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog=prog, description=(
         "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
         "Without a subcommand, `run` is assumed."))
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
-    parser.commands = sub.choices
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
     _add_threads(run)
     run.add_argument("--method", required=True, help="method name (see `methods`)")
     run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
-    run.add_argument("--task", action="extend", nargs="+",
-                     help="task names (--task a b, or repeated); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
+    _add_list(run, "--task", metavar="TASK",
+              help="task names (--task a b, or repeated); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
                           "(the others run when named; competition tasks need `fetch` first)")
-    run.add_argument("--seed", type=_seed, action="extend", nargs="+", dest="seeds",
-                     help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
+    _add_list(run, "--seed", type=_seed, dest="seeds", metavar="SEED",
+              help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
-    run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
-                     metavar="KEY=VALUE", help="override a method setting (repeatable)")
+    _add_list(run, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
+              help="override method settings (--set lr=0.01 batch_size=64, or repeated; each setting once)")
     run.add_argument("--force", action="store_true", help="overwrite a finished run")
     run.add_argument("--label", help="a human name for this configuration, shown on the leaderboard instead of its "
                                      "configuration hash (1 to 100 printable characters)")
@@ -170,17 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run every combination of methods, tasks, budgets, seeds and setting "
                                          "values; run again, it resumes where it stopped",
                            description=SWEEP_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sweep.add_argument("--method", dest="methods", nargs="+", action="extend", required=True, metavar="METHOD",
-                       help="methods, as `run --method` takes them (several, or repeat the option)")
-    sweep.add_argument("--task", dest="tasks", nargs="+", action="extend", metavar="TASK",
-                       help="tasks (default: the embedded MLP tasks toy-gap, diabetes-gap, digits)")
-    sweep.add_argument("--budget", dest="budgets", nargs="+", action="extend", type=_budget, required=True,
-                       metavar="EPOCHS", help="budgets in training epochs")
-    sweep.add_argument("--seed", dest="seeds", nargs="+", action="extend", type=_seed, metavar="SEED",
-                       help="seeds in [0, 2^63) (default 0)")
-    sweep.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                       help="a setting of every method of the sweep; the same KEY with several values sweeps over "
-                            "them (variants, see above)")
+    _add_list(sweep, "--method", dest="methods", required=True, metavar="METHOD",
+              help="methods, as `run --method` takes them (several, or repeat the option)")
+    _add_list(sweep, "--task", dest="tasks", metavar="TASK",
+              help="tasks (default: the embedded MLP tasks toy-gap, diabetes-gap, digits)")
+    _add_list(sweep, "--budget", dest="budgets", type=_budget, required=True, metavar="EPOCHS",
+              help="budgets in training epochs")
+    _add_list(sweep, "--seed", dest="seeds", type=_seed, metavar="SEED",
+              help="seeds in [0, 2^63) (default 0)")
+    _add_list(sweep, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
+              help="settings of every method of the sweep; the same KEY with several values sweeps over them "
+                   "(variants, see above)")
     sweep.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
     sweep.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
                        help="where each run trains: cpu (default), cuda (on Ray: a GPU per run), or auto")
@@ -213,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = sub.add_parser("fetch", help="download a competition task's data and official reference (the only "
                                          "command that downloads)")
     which = fetch.add_mutually_exclusive_group(required=True)
-    which.add_argument("--task", action="append", help="competition task (repeatable)")
+    _add_list(which, "--task", metavar="TASK", help="competition tasks (--task a b, or repeated)")
     which.add_argument("--all", action="store_true", help="every competition task")
     _add_cache(fetch)
     fetch.add_argument("--keep-downloads", action="store_true",
@@ -232,12 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache(export)
     methods = sub.add_parser("methods", help="list methods and their settings")
     methods.add_argument("--task", help="show the settings a run on this task would use (each method's task defaults)")
-    methods.add_argument("--method", dest="methods", action="append",
-                         help="only this method (repeatable; a name, a plugin's name or package.module:ClassName)")
+    _add_list(methods, "--method", dest="methods", metavar="METHOD",
+              help="only these methods (--method a b, or repeated; a name, a plugin's name or "
+                   "package.module:ClassName)")
     _add_cache(methods)
 
     ref = sub.add_parser("reference", help="HMC reference posteriors")
-    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser)
+    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser,
+                                 metavar="{generate}")
     gen = ref_sub.add_parser("generate", help="run HMC for a task and write its reference")
     gen.add_argument("--task", required=True, help="the embedded task whose reference to sample")
     gen.add_argument("--out", type=Path, default=Path("references"),
@@ -305,22 +320,23 @@ def build_parser() -> argparse.ArgumentParser:
                             "family-wise false-alarm rate)")
     check.add_argument("--statistical", action="store_true",
                        help="compare means statistically even where the environment matches the baseline's")
-    check.add_argument("--methods", nargs="+", help="methods to check (default: every method in the baseline; "
-                                                     "with --update: the methods --budget and --set name, else every "
-                                                     "built-in method); a name, a plugin's name or "
-                                                     "package.module:ClassName")
-    check.add_argument("--task", action="extend", nargs="+", help="tasks (--task a b, or repeated; default: every task of the baseline, "
-                                                        "with --update the embedded MLP tasks; with --methods too, an "
-                                                        "update adds the tasks named for those methods)")
+    _add_list(check, "--method", "--methods", dest="methods", metavar="METHOD",
+              help="methods to check (--method a b, or repeated; --methods is the same option; default: every method "
+                   "in the baseline; with --update: the methods --budget and --set name, else every built-in "
+                   "method); a name, a plugin's name or package.module:ClassName")
+    _add_list(check, "--task", metavar="TASK",
+              help="tasks (--task a b, or repeated; default: every task of the baseline, with --update the embedded "
+                   "MLP tasks; with --method too, an update adds the tasks named for those methods)")
     check.add_argument("--update", action="store_true",
-                       help="measure the configuration and rewrite the baseline (with --methods or --task: extend "
+                       help="measure the configuration and rewrite the baseline (with --method or --task: extend "
                             "it, replacing only what was measured)")
     check.add_argument("--seeds", type=_positive_int, default=None, help="with --update: number of seeds (default 10)")
-    check.add_argument("--budget", action="append", metavar="[METHOD=]EPOCHS",
-                       help="with --update: the budget of every method, or of one (repeatable; default: each "
-                            "method's check_budget); stored in the baseline")
-    check.add_argument("--set", dest="settings", action="append", metavar="[METHOD.]KEY=VALUE",
-                       help="with --update: a setting of every method, or of one (repeatable); stored in the baseline")
+    _add_list(check, "--budget", metavar="[METHOD=]EPOCHS",
+              help="with --update: the budget of every method, or of one (--budget sgd=10 de=20, or repeated; "
+                   "default: each method's check_budget); stored in the baseline")
+    _add_list(check, "--set", dest="settings", metavar="[METHOD.]KEY=VALUE",
+              help="with --update: settings of every method, or of one (--set lr=0.01 de.members=3, or repeated; "
+                   "each setting once); stored in the baseline")
     return parser
 
 
@@ -808,13 +824,13 @@ def _set_threads(threads: int) -> None:
 def _dispatch(argv: list[str], command_line: str) -> int:
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
-    parser = build_parser()
+    parser = build_parser(_program())
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
-        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = command_line  # stored in every result record: how the run was asked for
     if args.command is None:
-        build_parser().print_help()
+        parser.print_help()
         return 2
     if args.command in ("run", "check"):  # the commands that train in this process (sweep sets each run's own)
         _set_threads(args.threads)

@@ -196,7 +196,7 @@ def _loaded(specs: list[str]) -> dict[str, tuple[str, type]]:
     for spec in specs:
         method = get_method(spec)
         if method.name in loaded:
-            raise BenchError(f"--methods names {method.name!r} twice ({loaded[method.name][0]} and {spec})")
+            raise BenchError(f"--method names {method.name!r} twice ({loaded[method.name][0]} and {spec})")
         loaded[method.name] = (spec, method)
     return loaded
 
@@ -208,7 +208,7 @@ def _budget_of(method: type, given: float | None) -> float:
 
 
 def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
-    """``values`` of ``option`` keyed by method names (each given by name or as --methods named it); the value
+    """``values`` of ``option`` keyed by method names (each given by name or as --method named it); the value
     for every method is left out."""
     by_name: dict = {}
     for key, value in values.items():
@@ -216,7 +216,7 @@ def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
             continue
         if key not in aliases:
             raise BenchError(f"{option} names {key}, which this update does not measure "
-                             f"({', '.join(dict.fromkeys(aliases.values()))}); add it to --methods")
+                             f"({', '.join(dict.fromkeys(aliases.values()))}); add it to --method")
         if aliases[key] in by_name:
             raise BenchError(f"{option} given twice for {aliases[key]}")
         by_name[aliases[key]] = value
@@ -281,7 +281,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     measured = measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources)
     runs, results = summarise(measured)
     command = shlex.join([
-        "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--methods", *specs,
+        "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--method", *specs,
         *[part for task in tasks for part in ("--task", task)], "--seeds", str(n_seeds),
         *[part for method, epochs in budgets.items() for part in ("--budget", _qualified(method, "=", f"{epochs:g}"))],
         *[part for method, values in settings.items() for key, value in values.items()
@@ -310,7 +310,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
             wall_seconds += earlier["wall_seconds"]
             kept = [(c, None) for c in earlier_commands]
         else:
-            kept = [(c, s) for c, s in zip(earlier_commands, earlier_seconds) if c != command]
+            kept = [(c, s) for c, s in zip(earlier_commands, earlier_seconds) if _spelt_now(c) != command]
             wall_seconds += sum(s for _, s in kept)
         commands = [*(c for c, _ in kept), command]
         command_seconds = None if earlier_seconds is None else [*(s for _, s in kept), round(seconds, 1)]
@@ -333,6 +333,12 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     }
     atomic_write_bytes(Path(path), json_bytes(baseline))
     return baseline
+
+
+def _spelt_now(command: str) -> str:
+    """A stored update command as :func:`update` writes it now: ``--methods``, the option's earlier name, is
+    ``--method`` (the same command measures the same configuration whichever name it used)."""
+    return shlex.join("--method" if part == "--methods" else part for part in shlex.split(command))
 
 
 def _qualified(method: str, separator: str, value: str) -> str:
@@ -359,7 +365,7 @@ def _check_kept_tasks(path: Path, earlier: dict, tasks: list[str], budgets: dict
 def _extendable(path: Path, n_seeds: int) -> dict:
     """The existing baseline at ``path`` if a partial update may extend it, else a one-line error."""
     earlier = load_baseline(path)
-    whole = f"rewrite it whole with `python -m bench check --update --baseline {path}` (no --methods or --task)"
+    whole = f"rewrite it whole with `python -m bench check --update --baseline {path}` (no --method or --task)"
     if len(earlier["configuration"]["seeds"]) != n_seeds:
         raise BenchError(f"{path} was measured with {len(earlier['configuration']['seeds'])} seeds, this update "
                          f"with {n_seeds}: one baseline cannot mix them; pass --seeds "
