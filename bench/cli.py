@@ -76,11 +76,17 @@ def _add_list(parser, *flags: str, **kwargs) -> None:
     parser.add_argument(*flags, nargs="+", action="extend", **kwargs)
 
 
-def _add_threads(parser) -> None:
-    parser.add_argument("--threads", type=_positive_int, default=1,
-                        help="torch threads (default 1, whatever OMP_NUM_THREADS says: on small models more threads "
-                             "spin rather than help, many times slower on a busy machine); recorded in each result, "
-                             "and seeded runs reproduce exactly at equal --threads")
+DEFAULT_THREADS = 1
+"""torch's threads in every command that trains, whatever OMP_NUM_THREADS says: on small models more threads spin
+rather than help, many times slower on a busy machine."""
+
+
+def _add_threads(parser, help: str = f"torch threads (default {DEFAULT_THREADS}, whatever OMP_NUM_THREADS says: on "
+                                     f"small models more threads spin rather than help, many times slower on a busy "
+                                     f"machine); recorded in each result, and seeded runs reproduce exactly at equal "
+                                     f"--threads",
+                 default: int | None = DEFAULT_THREADS) -> None:
+    parser.add_argument("--threads", type=_positive_int, default=default, help=help)
 
 
 def _epochs(text: str) -> float:
@@ -293,12 +299,18 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
                              "the leaderboard marks them verified")
+    _add_threads(submit, default=None, help=f"with --verify: torch threads of the re-executions (default "
+                                            f"{DEFAULT_THREADS}); a run reproduces bitwise only with the thread count "
+                                            f"it recorded, else it is compared as if from another machine")
     _add_cache(submit)
 
     verify = sub.add_parser("verify", help="re-execute finished runs under the meter and compare them with their "
                                            "records")
     verify.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder or a folder of run folders")
     _add_max_epochs(verify)
+    _add_threads(verify, help=f"torch threads of the re-executions (default {DEFAULT_THREADS}, whatever "
+                              f"OMP_NUM_THREADS says), named in each line; a run reproduces bitwise only with the "
+                              f"thread count it recorded, else it is compared as if from another machine")
     verify.add_argument("--method", help="the method to re-execute the runs with, for runs of a package.module:ClassName "
                                          "method (a run's record never chooses code to import)")
     _add_cache(verify)
@@ -832,8 +844,10 @@ def _dispatch(argv: list[str], command_line: str) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    if args.command in ("run", "check"):  # the commands that train in this process (sweep sets each run's own)
-        _set_threads(args.threads)
+    if args.command == "submit" and args.threads is not None and not args.verify:
+        raise BenchError("--threads sets the threads --verify re-executes the runs with; add --verify")
+    if args.command in ("run", "check", "verify", "submit"):  # they train in this process (sweep sets each run's own)
+        _set_threads(args.threads or DEFAULT_THREADS)
     handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
                "export-submission": _cmd_export, "reference": _cmd_reference,
                "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check,

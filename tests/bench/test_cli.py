@@ -377,3 +377,15 @@ def test_every_subcommand_s_errors_point_to_its_own_help(run_cli):
     code, _, err = run_cli("reference")
     assert code == 2 and "required: {generate} (see `python -m bench reference --help`)" in err
 
+
+
+def test_verify_and_submit_verify_take_threads_within_the_usable_cores(tmp_path, run_cli):
+    from bench.executors import usable_cores
+
+    too_many = str(usable_cores() + 1)
+    for command in (("verify", tmp_path), ("submit", tmp_path, "--verify", "--db", tmp_path / "db.sqlite")):
+        code, _, err = run_cli(*command, "--threads", too_many)
+        assert code == 2 and f"--threads {too_many} is more than" in err and err.count("\n") == 1, err
+    code, _, err = run_cli("submit", tmp_path, "--threads", "1", "--db", tmp_path / "db.sqlite")
+    assert code == 2 and "add --verify" in err and err.count("\n") == 1
+    assert not (tmp_path / "db.sqlite").exists()
