@@ -276,8 +276,11 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                      help="replace a reference of the task already in the output folder (with --install: the shipped "
                           "one)")
     gen.add_argument("--workers", type=_positive_int, default=1,
-                     help="processes sampling chains at once, one thread each, for a reference sampled chain by "
+                     help="processes sampling chains at once, --threads each, for a reference sampled chain by "
                           "chain (default 1); the result does not depend on it")
+    _add_threads(gen, help=f"torch threads sampling in this process, or in each of --workers (default "
+                           f"{DEFAULT_THREADS}, whatever OMP_NUM_THREADS says; --workers x --threads at most the "
+                           f"usable cores); recorded in the reference's metadata")
     gen.add_argument("--quiet", action="store_true", help="no progress bars")
 
     db_help = "leaderboard database (default: $BDL_BENCH_DB, else the user's data folder)"
@@ -634,6 +637,7 @@ def _cmd_methods(args) -> int:
 def _cmd_reference(args) -> int:
     from bench.records import check_writable
     from bench.runner import resolve_device
+    from bench.sweep import check_executor
     from bench.tasks import get_task
     from reference import store
     from reference.generate import claimed_checkpoints, compare, generate
@@ -645,6 +649,7 @@ def _cmd_reference(args) -> int:
                           f"from `fetch`)")
     task = get_task(args.task)
     device = str(resolve_device(args.device))
+    check_executor("local", args.workers, args.threads, None)
     folder = store.PACKAGE_DATA if args.install else args.out
     if (folder / f"{task.name}.npz").exists() and not args.force:
         raise BenchError(f"{folder / (task.name + '.npz')} already holds a reference of {task.name}; pass --force to "
@@ -655,7 +660,7 @@ def _cmd_reference(args) -> int:
         with claimed_checkpoints(args.checkpoints / task.name, restart=args.restart):
             generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
                                  progress=None if not args.quiet else False, checkpoints=args.checkpoints,
-                                 workers=args.workers)
+                                 workers=args.workers, threads=args.threads)
             meta = generated.metadata
             rhat = meta["diagnostics"]["max_split_rhat"]
             print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
