@@ -319,8 +319,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_cache(verify)
 
     board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
-    board.add_argument("--task", help="only this task")
-    board.add_argument("--budget", type=_budget, help="only this budget")
+    _add_list(board, "--task", metavar="TASK", help="only these tasks (--task a b, or repeated)")
+    _add_list(board, "--budget", type=_budget, metavar="EPOCHS", help="only these budgets (--budget 10 100, or repeated)")
     board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md",
                        help="md (Markdown tables, default), html (a page with plots), csv or json (every stored value)")
     board.add_argument("--output", type=Path, help="write to this file instead of standard output")
@@ -749,11 +749,12 @@ def _cmd_leaderboard(args) -> int:
     from leaderboard.store import Store, default_db_path
     from bench.io import atomic_write_bytes
 
+    tasks, budgets = dict.fromkeys(args.task or [None]), dict.fromkeys(args.budget or [None])
     with Store(args.db or default_db_path(), read_only=True) as store:  # never writes, never waits long
-        rows = store.runs(task=args.task, budget=args.budget)
+        rows = [row for task in tasks for budget in budgets for row in store.runs(task=task, budget=budget)]
     if not rows:
-        chosen = " ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                          for k, v in (("task", args.task), ("budget", args.budget)) if v is not None)
+        chosen = " ".join(f"{name} {', '.join(f'{v:g}' if isinstance(v, float) else v for v in values)}"
+                          for name, values in (("task", tasks), ("budget", budgets)) if None not in values)
         raise BenchError(f"no runs on the leaderboard{' for ' + chosen if chosen else ''}")
     text = render(rows, args.format)
     if args.output:

@@ -300,7 +300,7 @@ def test_every_list_valued_option_takes_several_values_after_one_flag_and_accumu
 
     options = [(" ".join(path), action) for path, parser in _parsers(build_parser()) for action in parser._actions
                if action.option_strings and (action.nargs == "+" or isinstance(action, argparse._AppendAction))]
-    assert len(options) >= 13  # run --task --seed --set, sweep x5, fetch --task, methods --method, check x4
+    assert len(options) >= 15  # run x3, sweep x5, fetch --task, methods --method, leaderboard x2, check x4
     assert [(command, action.option_strings) for command, action in options
             if not (isinstance(action, argparse._ExtendAction) and action.nargs == "+")] == []
 
