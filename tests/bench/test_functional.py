@@ -74,3 +74,17 @@ def test_one_member_on_its_own_minibatch_does_not_go_through_vmap(monkeypatch):
     params = model.layout.unflatten(model.layout.flatten(StackedModel.stack([seeded_module(factory, 1)])))
     model(params, x.unsqueeze(0), shared_input=False)
     assert calls == []
+
+
+def test_a_seeded_module_draws_from_its_seed_and_leaves_every_global_generator_alone(monkeypatch):
+    """Its weights are those torch.manual_seed(seed) gives; the global CPU stream is where it was, and no CUDA generator
+    is reseeded (torch.manual_seed would queue that on every device, and fork_rng(devices=[]) would not undo it)."""
+    factory = get_task("digits").model_factory
+    torch.manual_seed(3)
+    expected = [p.clone() for p in factory().parameters()]
+    cuda_seeds = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", cuda_seeds.append)
+    before = torch.get_rng_state()
+    module = seeded_module(factory, 3)
+    assert all(torch.equal(p, q) for p, q in zip(module.parameters(), expected))
+    assert torch.equal(torch.get_rng_state(), before) and cuda_seeds == []
