@@ -556,7 +556,11 @@ def main() -> None:
                         help=f"a smoke run: {QUICK['epochs']} epochs, {QUICK['repeats']} repeat")
     args = parser.parse_args()
     defaults = QUICK if args.quick else FULL
-    epochs, repeats = args.epochs or defaults["epochs"], args.repeats or defaults["repeats"]
+    epochs = defaults["epochs"] if args.epochs is None else args.epochs
+    repeats = defaults["repeats"] if args.repeats is None else args.repeats
+    if epochs < QUICK["epochs"] or repeats < 1:  # SWAG's low-rank part needs two snapshots: 4 epochs at swa_start 0.54
+        parser.error(f"--epochs must be at least {QUICK['epochs']} and --repeats at least 1, "
+                     f"got {epochs} and {repeats}")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # tensordict's, on importing posteriors
     warnings.filterwarnings("ignore", message=".*non-full backward hook.*")  # torchsso's hooks, transcribed
