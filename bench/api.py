@@ -85,7 +85,7 @@ import os
 import typing
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -119,7 +119,10 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
     method's config fields, each of the field's type or text as ``--set`` takes it. ``seed``: a whole number in
     [0, 2^63). ``device``: ``"cpu"``, ``"cuda"`` or ``"auto"``.
     ``threads``: torch's threads while it runs (default 1, as on the command line; the caller's setting is restored
-    after). A finished run in the same folder is an error unless ``force``. Every argument is checked before anything
+    after). The same run finished earlier in ``out`` (same task, method, budget, seed and configuration) is not
+    trained again: its stored record is returned, as ``python -m bench run`` shows it and :func:`sweep` skips it
+    (``force=True`` trains it again, replacing it); a finished run of another configuration in that folder is an
+    error naming what differs. Every argument is checked before anything
     trains, and every failure a user can cause raises a :class:`BenchError` whose one line names the argument as this
     signature does; a method that is not bdl-bench's failing in its own code raises :class:`MethodFailed` (its one
     line, chained to what it raised).
@@ -131,8 +134,12 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
                    cache=None if cache is None else _folder(cache, "cache"), label=label,
                    command=_call("run", task=task, method=method, budget=budget, seed=seed, settings=settings))
     check_label(spec.label)
-    resolve_config(method_class, spec.task, dict(spec.overrides), PYTHON)  # a bad setting in the API's words
-    with _torch_threads(threads):
+    config = resolve_config(method_class, spec.task, dict(spec.overrides), PYTHON)  # a bad setting in the API's words
+    with _torch_threads(threads):  # checks threads before a finished run is returned
+        folder = records.run_folder(spec.out, get_task(spec.task, spec.cache).name, method_class.name, spec.budget,
+                                    spec.seed)
+        if not spec.force and records.finished_with(folder, asdict(config), PYTHON):
+            return read_result(folder)
         return run_spec(spec)
 
 

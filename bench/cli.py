@@ -243,6 +243,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     fetch.add_argument("--force", action="store_true",
                        help="download and convert again even if the cached task is complete and unchanged")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")
+    fetch.add_argument("--check-mirror", action="store_true",
+                       help="download nothing: check that the mirror at --data-url and --reference-url (http(s), a "
+                            "folder or file://) holds every file of the tasks where fetch looks for it; exit 1 if not")
 
     export = sub.add_parser("export-submission", help="write finished competition runs as the competition's zip")
     export.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders, one per task")
@@ -565,6 +568,12 @@ def _cmd_fetch(args) -> int:
     unknown = [n for n in names if n not in COMPETITION]
     if unknown:
         raise ConfigError(f"not a competition task: {', '.join(unknown)}; fetch takes {', '.join(COMPETITION)}")
+    if args.check_mirror:
+        from bench import mirror
+
+        if args.force or args.keep_downloads:
+            raise ConfigError("--check-mirror downloads nothing; --force and --keep-downloads do not apply to it")
+        return mirror.report(names, args.data_url, args.reference_url, args.cache)
     progress = partial(tqdm, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                        disable=True if args.quiet else None)
     for name in names:

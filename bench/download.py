@@ -335,10 +335,28 @@ class _RedirectHandler(urllib.request.HTTPRedirectHandler):
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
-def _open(url: str, start: int, deadline: _Deadline):
-    request = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
+def _open(url: str, start: int, deadline: _Deadline, end: int | None = None):
+    """The response to a GET of ``url`` from byte ``start`` (to ``end`` included, if given)."""
+    ranged = start or end is not None
+    request = urllib.request.Request(url, headers={"Range": f"bytes={start}-{'' if end is None else end}"}
+                                     if ranged else {})
     opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline), _RedirectHandler())
     return opener.open(request, timeout=stall_seconds())
+
+
+def remote_size(url: str) -> int | None:
+    """The size in bytes of the file at ``url`` as its server states it, None if it does not; nothing of the file is
+    read: the request asks for its first byte only (a range request; a server that ignores ranges answers with the
+    whole file's length, and the connection is closed unread). The fetch's rules apply: http(s) only, redirects
+    within the same host, the stall timeout. Raises ``urllib.error.HTTPError`` for an error status (404: no such
+    file), :class:`FetchError` for a refused source or redirect, ``OSError`` when the server cannot be reached."""
+    check_source(url)
+    deadline = _Deadline(stall_seconds())
+    try:
+        with _open(url, 0, deadline, end=0) as response:
+            return _total_size(response, 0)
+    finally:
+        deadline.close()
 
 
 def _total_size(response, start: int) -> int | None:

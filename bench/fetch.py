@@ -140,8 +140,7 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
     downloads = cache / "downloads"
     fetched: dict = {}
     for remote in spec.remotes():
-        base = data_url if remote.base == "data" else reference_url
-        fetched[remote] = download(base + remote.path, downloads / remote.file_name,
+        fetched[remote] = download(remote.url(data_url, reference_url), downloads / remote.file_name,
                                    checksums.get(remote.official_url), trust, remote.official_url, progress,
                                    fresh=force)
 

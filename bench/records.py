@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from bench.errors import BenchError, shown
+from bench.errors import COMMAND_LINE, BenchError, Spelling, shown
 from bench.io import atomic_write_bytes, exclusive, json_bytes, npz_bytes, read_json
 
 RESULT = "result.json"
@@ -53,20 +53,21 @@ def as_recorded(values: dict) -> dict:
     return json.loads(json_bytes(values))
 
 
-def finished_with(folder: Path, config: dict | None = None) -> bool:
+def finished_with(folder: Path, config: dict | None = None, spelling: Spelling = COMMAND_LINE) -> bool:
     """Whether ``folder`` holds a finished run; one of another configuration than ``config`` (when given), or
-    whose record holds no configuration, is refused, naming what differs. Changes nothing."""
+    whose record holds no configuration, is refused, naming what differs, in ``spelling``'s words (the command
+    line's ``--force`` or the API's ``force=True``). Changes nothing."""
     if not (folder / RESULT).exists():
         return False
     held = read_result(folder).get("config")
     wanted = as_recorded(config) if config is not None else None
     if wanted is not None and held != wanted:
+        force = spelling.given("force", True) if spelling.python else spelling.option("force")
         if not isinstance(held, dict):  # a damaged record: nothing to compare, nothing to reuse
-            raise BenchError(f"{folder} already holds a finished run; pass --force (force=True from Python) to "
-                             "overwrite it")
+            raise BenchError(f"{folder} already holds a finished run; pass {force} to overwrite it")
         raise BenchError(f"{folder} already holds a finished run of another configuration ("
-                         f"{differences(held, wanted)}); choose another --out, or pass --force (force=True from "
-                         "Python) to replace it")
+                         f"{differences(held, wanted)}); choose another {spelling.option('out')}, or pass {force} to "
+                         "replace it")
     return True
 
 

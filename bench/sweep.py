@@ -108,7 +108,7 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
                     folder = records.run_folder(root, task, name, budget, seed)
                     spec = RunSpec(task=task, method=given, budget=budget, seed=seed, device=device, out=root,
                                    overrides=variant.overrides, force=force, cache=cache, command=command)
-                    finished = not force and records.finished_with(folder, config)
+                    finished = not force and records.finished_with(folder, config, spelling)
                     runs.append(PlannedRun(spec, name, variant.name, folder, finished))
     return runs
 

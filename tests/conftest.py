@@ -1,7 +1,7 @@
 """A local HTTP file server for the download tests, and tiny files in the competition's exact formats.
 
 The server listens on 127.0.0.1 on an ephemeral port for one test. It honours ``Range`` requests
-(206 with ``Content-Range``) like the organisers' bucket and GitHub's raw host, and can be told to
+(``bytes=a-`` and ``bytes=a-b``: 206 with ``Content-Range``) like the organisers' bucket and GitHub's raw host, and can be told to
 misbehave per path: ``faults[path]`` is a list of actions consumed one per request (``"500"``,
 ``"404"``, ``("cut", n)``: announce the full length but close after ``n`` bytes, ``"no-range"``:
 ignore the range and send the whole file with 200).
@@ -43,14 +43,16 @@ class FileServer:
                     self.send_error(int(fault or 404))
                     return
                 data = server.files[path]
-                start = int(requested.split("=")[1].split("-")[0]) if requested and fault != "no-range" else 0
+                ranged = requested is not None and fault != "no-range"
+                first, _, last = requested.split("=")[1].partition("-") if ranged else ("0", "", "")
+                start, end = int(first), min(int(last), len(data) - 1) if last else len(data) - 1
                 if start >= len(data) and start:
                     self.send_error(416)
                     return
-                body = data[start:]
-                self.send_response(206 if start else 200)
-                if start:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                body = data[start:end + 1]
+                self.send_response(206 if ranged else 200)
+                if ranged:
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if isinstance(fault, tuple) and fault[0] == "cut":
@@ -58,7 +60,10 @@ class FileServer:
                     self.wfile.flush()
                     self.close_connection = True
                     return
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # a client that read the headers only (a mirror check)
+                    self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"

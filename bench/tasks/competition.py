@@ -69,7 +69,13 @@ class Remote:
 
     @property
     def official_url(self) -> str:
-        return (DATA_URL if self.base == "data" else REFERENCE_URL) + self.path
+        return self.url()
+
+    def url(self, data_url: str = DATA_URL, reference_url: str = REFERENCE_URL) -> str:
+        """The file under the two base URLs of a mirror (by default the official ones): ``<base>/<path>``, whether
+        or not the base ends with a slash."""
+        base = data_url if self.base == "data" else reference_url
+        return base.rstrip("/") + "/" + self.path
 
     @property
     def file_name(self) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from approximators.map import DeepEnsemble
-from bench import api, executors, records
+from bench import api, executors, records, runner
 
 STABLE_NAMES = {
     "ENTRY_POINT_GROUP", "Approximator", "BenchError", "BudgetExhausted", "BudgetMeter", "Categorical", "ConfigError",
@@ -117,8 +117,8 @@ def test_a_record_says_what_ran_beside_what_was_asked_for(tmp_path):
     row = api.table([result])[0]
     assert (row["config.chains"], row["resolved.chains"], row["resolved.members_per_chain"]) == (0, 2, 5)
     assert "resolved.lr" not in row, "only the settings the rule resolved"
-    with pytest.raises(api.BenchError, match=r"already holds a finished run; pass --force \(force=True from Python\)"):
-        api.run("toy-gap", "sae", 240, out=tmp_path)  # the same configuration: resolved values never enter the check
+    assert api.run("toy-gap", "sae", 240, out=tmp_path) == result, \
+        "the same configuration, returned from its record: resolved values never enter the check"
 
 
 def test_booleans_reach_the_config_as_booleans(tmp_path):
@@ -127,6 +127,25 @@ def test_booleans_reach_the_config_as_booleans(tmp_path):
 
 
 TOY = dict(task="toy-gap", method="sgd", budget=1)
+
+
+def test_a_finished_run_is_returned_from_its_record_and_force_trains_it_again(tmp_path, monkeypatch):
+    """As ``python -m bench run`` shows a finished run and a sweep skips it (it used to be an error naming --force)."""
+    first = api.run(**TOY, out=tmp_path)
+    (record,) = tmp_path.rglob("result.json")
+    stored = record.read_bytes()
+    trained = []
+    monkeypatch.setattr(api, "run_spec", lambda spec: trained.append(spec) or runner.run(spec))
+    assert api.run(**TOY, out=tmp_path) == first
+    assert trained == [] and record.read_bytes() == stored, "not trained again"
+    assert api.run(**TOY, out=tmp_path, force=True)["config"] == first["config"]
+    assert len(trained) == 1 and record.read_bytes() != stored, "force=True trains it again, replacing it"
+    with pytest.raises(api.BenchError) as raised:
+        api.run(**TOY, settings={"lr": 0.02}, out=tmp_path)
+    line = str(raised.value)
+    assert "already holds a finished run of another configuration (lr: 0.01 there, 0.02 here)" in line, line
+    assert line.endswith("choose another out, or pass force=True to replace it") and "--" not in line, line
+    assert len(trained) == 1
 
 
 @pytest.mark.parametrize("function, call, words", [

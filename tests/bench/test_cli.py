@@ -269,7 +269,8 @@ def test_the_quick_start_run_again_shows_the_finished_run_instead_of_failing(tmp
     assert code == 0 and "finished earlier with the same settings" in out and "toy-gap" in out, err
     assert record.read_bytes() == before, "not trained again"
     code, _, err = run_cli(*args, "--set", "lr=0.02")
-    assert code == 2 and "another configuration" in err and "force=True from Python" in err
+    assert code == 2 and "another configuration" in err and "pass --force to replace it" in err, err
+    assert "force=True" not in err, "the command line's words, not the API's"
 
 
 def test_an_unknown_option_points_to_its_subcommand_s_help(run_cli):

@@ -30,8 +30,11 @@ DATA_KEY = DATA_URL + "evaluation_phase/energy_anon.npz"
 REFERENCE_KEY = REFERENCE_URL + "eval-phase/eval_data/uci_samples.csv"
 DATA_FILE = "evaluation_phase__energy_anon.npz"
 HTML = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Please sign in</body></html>\n"
-SERVER_PATIENCE = 8.0
-"""The most a misbehaving handler keeps its connection (a test whose fix is missing ends, red, not hung)."""
+SERVER_PATIENCE = 20.0
+"""The most a misbehaving handler keeps its connection (a test whose fix is missing ends, red, not hung). A fetch
+that waits for the server instead of ending by its own stall timeout, deadline or throughput floor takes at least
+this long, so each time limit's test bounds the fetch by it: far above what a fetch under test takes on a loaded
+machine (under 2 s beside two CPU hogs), and reached only by a fetch that waited for the server to give up."""
 
 
 class Misbehaving:
@@ -300,7 +303,7 @@ def test_a_stalled_server_ends_in_one_line_and_the_next_fetch_resumes(good, bad,
     bad.routes[DATA] = ("stall", 1000)
     started = time.monotonic()
     code, _, err = fetch(run_cli, cache, bad.url, good.url)
-    assert time.monotonic() - started < 4, "two attempts of 0.3 s, not a hang"
+    assert time.monotonic() - started < SERVER_PATIENCE, "two attempts of 0.3 s, not a wait for the server"
     assert_one_line(code, err, EXIT_BAD_INPUT, bad.url + DATA, "sent nothing for 0.3 s", "1000 bytes", "again",
                     "resumes")
     assert trusted(cache) == {} and not task_folder(TASK, cache).exists()
@@ -320,7 +323,7 @@ def test_a_trickling_server_cannot_outlast_the_deadline(good, bad, cache, run_cl
     bad.routes[DATA] = (where, 0.1)
     started = time.monotonic()
     code, _, err = fetch(run_cli, cache, bad.url, good.url)
-    assert time.monotonic() - started < 3, "the deadline ends the download"
+    assert time.monotonic() - started < SERVER_PATIENCE, "the deadline ends the download, not the server"
     assert_one_line(code, err, EXIT_BAD_INPUT, bad.url + DATA, "deadline of 1 s", dl.DEADLINE_ENV, "again")
     assert trusted(cache) == {} and not task_folder(TASK, cache).exists()
 
@@ -339,7 +342,7 @@ def test_a_trickling_server_ends_within_seconds_without_waiting_for_the_deadline
     bad.routes[DATA] = ("drip", 0.1)
     started = time.monotonic()
     code, _, err = fetch(run_cli, cache, bad.url, good.url)
-    assert time.monotonic() - started < 10, "the throughput floor ends the download, not the 4-hour deadline"
+    assert time.monotonic() - started < SERVER_PATIENCE, "the throughput floor ends the download, not the server"
     assert_one_line(code, err, EXIT_BAD_INPUT, bad.url + DATA, "slower than 16 KiB/s")
     assert trusted(cache) == {} and not task_folder(TASK, cache).exists()
     code, _, err = fetch(run_cli, cache, good.url)
