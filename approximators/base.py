@@ -350,6 +350,26 @@ def check_settings(method: str, config) -> None:
                               f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
 
 
+def recorded_config(method: type[Approximator], values: dict):
+    """The method's config from the values a run record holds (JSON: each of its field's type, a whole number for a
+    float allowed), checked as ``--set`` values are (:func:`check_settings`: bounds, choices, order), or one
+    :class:`ConfigError` line. A setting the record lacks takes its class default (older records lack newer
+    settings)."""
+    hints = typing.get_type_hints(method.Config)
+    unknown = [key for key in values if key not in hints]
+    wrong = [key for key, value in values.items() if key in hints and not (
+        isinstance(value, hints[key]) and not (isinstance(value, bool) and hints[key] is not bool)
+        or (hints[key] is float and isinstance(value, int) and not isinstance(value, bool)))]
+    if unknown or wrong:
+        raise ConfigError(f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)}")
+    from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
+
+    with users_code(method, "settings"):
+        config = method.Config(**values)
+        check_settings(method.name, config)
+    return config
+
+
 def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None,
                    spelling: Spelling = COMMAND_LINE):
     """The method's config for ``task``: class defaults, then per-task defaults, then ``overrides``

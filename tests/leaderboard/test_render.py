@@ -120,7 +120,7 @@ def test_an_entry_that_changed_the_network_is_marked_in_every_format(tmp_path, d
 
 
 def test_a_built_in_method_that_changes_the_network_must_say_how(tmp_path, db_path, make_run, run_cli):
-    make_run(tmp_path / "runs", "digits", method="mc-dropout")
+    make_run(tmp_path / "runs", "digits", method="mc-dropout", architecture_change=None)
     code, _, err = run_cli("submit", str(tmp_path / "runs"), "--name", "a")
     assert code != 0 and "architecture_change" in err and len(err.strip().splitlines()) == 1
 
