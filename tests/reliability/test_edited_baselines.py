@@ -131,7 +131,7 @@ def test_a_check_of_methods_and_tasks_without_results_is_refused_not_passed(tmp_
     baseline["runs"]["de"] = {"digits": de["runs"]["de"]["digits"]}
     file = tmp_path / "baseline.json"
     file.write_text(json.dumps(baseline))
-    code, _, err = run_cli("check", "--baseline", file, "--methods", "sgd", "--task", "digits")
+    code, _, err = run_cli("check", "--baseline", file, "--method", "sgd", "--task", "digits")
     assert_one_line(code, err, EXIT_BAD_INPUT, "holds no results for sgd on digits: the check would compare nothing")
 
 
@@ -152,7 +152,7 @@ def test_an_honest_remeasurement_passes_the_small_baseline():
                                                     ("3", "40000", "120,000")])
 def test_an_update_beyond_max_epochs_is_refused_before_anything_is_measured(tmp_path, run_cli, nothing_trains, seeds,
                                                                             budget, planned):
-    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--methods", "sgd", "--task",
+    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method", "sgd", "--task",
                            "toy-gap", "--budget", budget, "--seeds", seeds)
     assert_one_line(code, err, EXIT_BAD_INPUT, f"would train {planned} epochs in all, more than --max-epochs 100,000")
     assert not (tmp_path / "new.json").exists()
@@ -163,12 +163,12 @@ def test_an_update_within_max_epochs_measures(tmp_path, run_cli, monkeypatch):
     measured = []
     monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
     monkeypatch.setattr(gate, "summarise", lambda _measured: ({}, {}))
-    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--methods", "sgd", "--task",
+    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method", "sgd", "--task",
                            "toy-gap", "--budget", "2", "--seeds", "60000", "--max-epochs", "120000")
     assert measured and measured[0][1] == list(range(60000)), err
 
 
 def test_seeds_beyond_what_a_seed_holds_are_refused(tmp_path, run_cli, nothing_trains):
-    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--methods", "sgd", "--task",
+    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method", "sgd", "--task",
                            "toy-gap", "--seeds", str(10**30))
     assert_one_line(code, err, EXIT_BAD_INPUT, "--seeds must be at least 2", "at most 2^63")

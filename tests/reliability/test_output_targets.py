@@ -84,7 +84,7 @@ def test_a_baseline_update_onto_a_special_file_measures_nothing(run_cli, monkeyp
     measured = []
     monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
     with target(kind) as path:
-        code, _, err = run_cli("check", "--update", "--baseline", path, "--methods", "sgd", "--task", "toy-gap")
+        code, _, err = run_cli("check", "--update", "--baseline", path, "--method", "sgd", "--task", "toy-gap")
         assert_one_line(code, err, EXIT_BAD_INPUT, f"{path}: the baseline would replace")
         left_as_it_was(path, kind)
     assert measured == []
