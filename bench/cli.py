@@ -317,7 +317,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md",
                        help="md (Markdown tables, default), html (a page with plots), csv or json (every stored value)")
     board.add_argument("--output", type=Path, help="write to this file instead of standard output (a regular file, "
-                                                   "new or replaced; a folder, FIFO or device such as /dev/stdout is "
+                                                   "new or replaced; a folder, FIFO, device or /dev/stdout is "
                                                    "refused: leave --output out to write to standard output)")
     board.add_argument("--db", type=Path, help=db_help)
 

@@ -34,9 +34,13 @@ HASH_CHUNK_BYTES = 1 << 20
 def file_to_write(path: Path, what: str) -> Path:
     """Where writing ``path`` atomically puts the file: ``path`` itself, or, for a symbolic link, the file it points to
     (the rename replaces that file and keeps the link). One :class:`BenchError` line, before anything is written, if
-    something other than a regular file is there (a folder, FIFO, socket or device such as ``/dev/stdout``): a rename
-    would put a file in place of it. ``what``: how the line names the file (``the --output file``)."""
+    something other than a regular file is there (a folder, FIFO, socket or device such as ``/dev/full``) or the path
+    names an open file descriptor (``/dev/stdout``): a rename would put a file in place of it. ``what``: how the line
+    names the file (``the --output file``)."""
     path = Path(path)
+    if _names_a_descriptor(path):
+        raise BenchError(f"{path}: {what} names an open file descriptor (a standard stream, through /proc or /dev/fd), "
+                         "which a rename cannot replace; give the path of a regular file (to print, leave the option out)")
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
         mode = os.stat(target).st_mode
@@ -51,6 +55,25 @@ def file_to_write(path: Path, what: str) -> Path:
             "not a regular file"
         raise BenchError(f"{path}: {what} would replace {kind}; give the path of a regular file (new or existing)")
     return target
+
+
+DESCRIPTOR_FOLDERS = ("/proc/", "/dev/fd/")
+"""Where links to open file descriptors live (``/dev/stdout`` leads to ``/proc/self/fd/1``): a file "there" is a
+stream, a pipe or a file opened elsewhere, and the folder takes no temporary file."""
+MAX_LINK_HOPS = 40
+
+
+def _names_a_descriptor(path: Path) -> bool:
+    """Whether ``path``, or a symbolic link it leads through (one hop at a time), lies in a folder of
+    :data:`DESCRIPTOR_FOLDERS` once that folder's own links are resolved (``/dev/fd/1``, ``/dev/stdout``)."""
+    for _ in range(MAX_LINK_HOPS):
+        folder = os.path.realpath(path.parent) + "/"
+        if folder.startswith(DESCRIPTOR_FOLDERS):
+            return True
+        if not path.is_symlink():
+            return False
+        path = path.parent / os.readlink(path)
+    return False
 
 
 def atomic_write_bytes(path: Path, data: bytes, what: str = "the file") -> None:

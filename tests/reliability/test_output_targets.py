@@ -106,3 +106,23 @@ def test_a_new_or_regular_file_is_where_the_write_goes(tmp_path):
     (tmp_path / "old.txt").write_text("x")
     assert file_to_write(tmp_path / "old.txt", "the file") == tmp_path / "old.txt"
     assert file_to_write(tmp_path / "missing" / "x.txt", "the file") == tmp_path / "missing" / "x.txt"
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/stderr", "/dev/fd/1", "/proc/self/fd/1"])
+def test_a_standard_stream_as_the_file_to_write_is_one_line(name):
+    """/dev/stdout leads to /proc/self/fd/1: through a pipe the write failed naming a temporary file in /proc (exit 3),
+    and with standard output redirected to a file the rename replaced that file behind the shell's back."""
+    with pytest.raises(BenchError, match="names an open file descriptor"):
+        file_to_write(Path(name), "the --output file")
+
+
+def test_leaderboard_output_to_dev_stdout_through_a_pipe_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    db = make_board(tmp_path / "board.sqlite")
+    done = subprocess.run([sys.executable, "-m", "bench", "leaderboard", "--db", str(db), "--output", "/dev/stdout"],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert_one_line(done.returncode, done.stderr, EXIT_BAD_INPUT, "/dev/stdout: the --output file names an open file "
+                                                                   "descriptor")
+    assert done.stdout == ""
