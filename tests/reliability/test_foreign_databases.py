@@ -5,9 +5,6 @@ bytes, its journal mode and its folder exactly as they were. A file is known to 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -21,6 +18,7 @@ from leaderboard import store
 from leaderboard.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Store, StoreError
 from tests.leaderboard.conftest import write_run
 from tests.reliability.test_error_boundary import assert_one_line
+from tests.reliability.test_output_targets import target
 
 
 def state(folder: Path) -> dict[str, bytes]:
@@ -103,34 +101,17 @@ def test_submit_and_leaderboard_refuse_another_program_s_database_unchanged(tmp_
     assert state(folder) == before  # the same bytes, no -wal, -shm or -journal file beside it
 
 
-@contextlib.contextmanager
-def special(kind: str):
-    """A FIFO, a UNIX socket or a folder in a fresh short-named folder (a socket's path is limited to ~100 bytes)."""
-    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
-        path = Path(folder) / "board.sqlite"
-        if kind == "fifo":
-            os.mkfifo(path)
-            yield path
-        elif kind == "socket":
-            with socket.socket(socket.AF_UNIX) as server:
-                server.bind(str(path))
-                yield path
-        else:
-            path.mkdir()
-            yield path
-
-
 @pytest.mark.parametrize("kind", ["fifo", "socket", "folder"])
 @pytest.mark.parametrize("command", ["submit", "leaderboard"])
 def test_a_database_path_that_is_not_a_regular_file_is_refused_before_sqlite_opens_it(tmp_path, run_cli, kind,
                                                                                       command):
     """SQLite given /dev/null created /dev/null-journal beside it: nothing but a regular file reaches SQLite."""
     run = write_run(tmp_path / "runs", "toy-gap")
-    with special(kind) as path:
+    with target(kind) as path:
         args = ("submit", run, "--name", "m") if command == "submit" else ("leaderboard",)
         code, _, err = run_cli(*args, "--db", path)
         assert_one_line(code, err, EXIT_BAD_INPUT, str(path), "not a regular file" if kind != "folder" else "a folder")
-        assert sorted(p.name for p in path.parent.iterdir()) == ["board.sqlite"]
+        assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
 @pytest.mark.parametrize("version", range(1, SCHEMA_VERSION + 1))
