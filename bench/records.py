@@ -131,8 +131,10 @@ INTEGER_LIMIT = 2**63
 """A whole number a record holds (a setting, a count in its environment) lies in [-2^63, 2^63): what a tensor index,
 a count or the database's integer columns hold."""
 
-METHOD_SOURCE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
-"""How a record says where a method outside bdl-bench came from: ``package.module:ClassName``."""
+METHOD_SOURCE = re.compile(r"\w+(\.\w+)*:(\w+|<locals>)(\.(\w+|<locals>))*")
+"""How a record says where a method outside bdl-bench came from: ``package.module:ClassName``, as
+:func:`approximators.method_source` writes it (the class's qualified name, ``make.<locals>.Mine`` for a class defined
+in a function, which ``run`` records too though it cannot be loaded again)."""
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),

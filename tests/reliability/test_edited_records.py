@@ -197,3 +197,24 @@ def test_a_record_verify_accepts_is_planned_from_its_checked_budget(tmp_path, ru
     edited(folders[1], json.loads((folders[1] / records.RESULT).read_text()), budget=math.inf)
     code, _, err = run_cli("verify", *folders)
     assert_one_line(code, err, EXIT_BAD_INPUT, str(folders[1] / records.RESULT), "the budget must be")
+
+
+def test_every_method_source_run_records_is_one_the_validator_takes(tmp_path):
+    """``run`` records a method of one's own as module:qualname, a class made in a function among them
+    (``f.<locals>.Mine``, the API's and the guide's way): submit must take the record run wrote."""
+    from approximators import method_source
+
+    def make():
+        class Mine:
+            name = "mine"
+        return Mine
+
+    class Module:
+        name = "mine2"
+
+    for cls in (make(), Module):
+        source = method_source(cls)
+        folder = genuine_record(tmp_path / cls.name)
+        edited(folder, json.loads((folder / records.RESULT).read_text()), method=cls.name, method_source=source,
+               config={})
+        assert records.checked_result(folder)["method_source"] == source
