@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import COMMAND_LINE, BudgetExhausted, ConfigError, Spelling
+from bench.errors import COMMAND_LINE, BudgetExhausted, ConfigError, Spelling, shown
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -252,10 +252,18 @@ def _parse(name: str, raw: str, kind, spelling: Spelling) -> object:
     return value
 
 
+LARGEST_INTEGER_SETTING = 2**63 - 1
+"""The largest whole number a setting may be: a 64-bit count, what a tensor's size or index holds."""
+LARGEST_FLOAT_SETTING = float(torch.finfo(torch.float32).max)
+"""The largest magnitude of a float setting, about 3.4e38: the networks train in float32, and a setting beyond its
+range cannot be converted to a tensor's number at all (``--set init_std=1e300`` would fail as an overflow)."""
+
+
 @dataclass(frozen=True)
 class Interval:
     """The values a numeric setting may take, written as in mathematics: ``"(0, inf)"``, ``"[1, inf)"``,
-    ``"[0, 1)"``; a square bracket includes its end. A non-finite value is never inside."""
+    ``"[0, 1)"``; a square bracket includes its end. A non-finite value is never inside, nor a float beyond
+    :data:`LARGEST_FLOAT_SETTING` or a whole number beyond 64 bits (:func:`representable`), whatever the ends say."""
 
     text: str
 
@@ -267,14 +275,27 @@ class Interval:
 
     def __contains__(self, value: float) -> bool:
         low, high = (float(end) for end in self.text[1:-1].split(","))
-        above = value >= low if self.text[0] == "[" else value > low
+        above = value >= low if self.text[0] == "[" else value > low  # int against float: exact, never converted
         below = value <= high if self.text[-1] == "]" else value < high
-        return math.isfinite(value) and above and below
+        return representable(value) and above and below
 
 
-MAX_DRAWS = 100_000
-"""The most draws a predictive may average (``samples``): each is a pass over the test set, charged to no budget, so
-the count itself is what bounds the work (30 by default; 10^5 passes of the largest test set take hours)."""
+def representable(value: float) -> bool:
+    """Whether a numeric setting's value is one a run can compute with: a whole number in [-2^63, 2^63), or a float
+    of magnitude at most :data:`LARGEST_FLOAT_SETTING` (so neither NaN nor infinite)."""
+    if isinstance(value, int):
+        return -LARGEST_INTEGER_SETTING - 1 <= value <= LARGEST_INTEGER_SETTING
+    return abs(value) <= LARGEST_FLOAT_SETTING
+
+
+MAX_DRAWS = 1000
+"""The most draws a predictive may average (``samples``, 30 by default): each is a pass over the test set, charged to
+no budget, so the count itself is what bounds the work. At 1000 a predictive takes about 1 s on toy-gap and 20 s on
+digits-lstm, 0.12 plain SGD epochs per draw there (``python benchmarks/predictive_draws.py``, one thread on a busy
+2-core machine); the earlier cap of 10^5 took minutes on toy-gap and 30 to 45 minutes on digits-lstm. A regression
+predictive keeps ``PREDICTIVE_SAMPLES`` (1000) samples per point, one per draw here: a further draw would add none.
+On a competition task's network on a CPU no count bounds the work to minutes (the default 30 draws of ResNet-20 over
+10,000 images already take minutes); those tasks are for a GPU."""
 DRAWS_BOUNDS = f"[1, {MAX_DRAWS}]"
 
 
@@ -317,12 +338,36 @@ def check_settings(method: str, config) -> None:
             continue
         # A user's method may leave a setting undeclared: it must still be a finite number.
         interval = bounds.get(field.name, Interval("(-inf, inf)"))
+        if not representable(value) and (isinstance(value, int) or math.isfinite(value)):
+            what = "a whole number within 64 bits" if isinstance(value, int) else \
+                f"a float32 number, at most {LARGEST_FLOAT_SETTING:.4g} in size"
+            raise ConfigError(f"{method}: {field.name} is {shown(value)}, beyond what a run computes with ({what})")
         if value not in interval:
             raise ConfigError(f"{method}: {field.name} must lie in {interval.text}, got {value}")
     for low, high in settings_order(type(config)):
         if not getattr(config, low) <= getattr(config, high):
             raise ConfigError(f"{method}: {low} ({getattr(config, low)}) must not exceed {high} "
                               f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
+
+
+def recorded_config(method: type[Approximator], values: dict):
+    """The method's config from the values a run record holds (JSON: each of its field's type, a whole number for a
+    float allowed), checked as ``--set`` values are (:func:`check_settings`: bounds, choices, order), or one
+    :class:`ConfigError` line. A setting the record lacks takes its class default (older records lack newer
+    settings)."""
+    hints = typing.get_type_hints(method.Config)
+    unknown = [key for key in values if key not in hints]
+    wrong = [key for key, value in values.items() if key in hints and not (
+        isinstance(value, hints[key]) and not (isinstance(value, bool) and hints[key] is not bool)
+        or (hints[key] is float and isinstance(value, int) and not isinstance(value, bool)))]
+    if unknown or wrong:
+        raise ConfigError(f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)}")
+    from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
+
+    with users_code(method, "settings"):
+        config = method.Config(**values)
+        check_settings(method.name, config)
+    return config
 
 
 def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None,

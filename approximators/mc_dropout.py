@@ -1,8 +1,8 @@
 r"""Monte Carlo dropout (Gal & Ghahramani 2016): ``mc-dropout``.
 
 The task's network with dropout inserted, trained as MAP under the task's prior, and predicted with
-dropout still active: the model average of ``samples`` (30; Gal's UCI code averages T = 10000,
-``net/net.py`` of yaringal/DropoutUncertaintyExps) stochastic forward passes,
+dropout still active: the model average of ``samples`` (30, at most ``MAX_DRAWS`` = 1000; Gal's UCI code averages
+T = 10000, ``net/net.py`` of yaringal/DropoutUncertaintyExps) stochastic forward passes,
 
     p(y | x, D) ~ (1/S) sum_s p(y | x, theta*, z_s),   z_s ~ Bernoulli(1 - p) per unit,
 

@@ -19,6 +19,20 @@ from typing import Sequence
 
 import torch
 
+from bench.errors import TrainingDiverged
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def float32_step(scale: float) -> float:
+    """A step's scale as float32 parameters take it (``alpha=``, ``value=``): one beyond float32's range
+    (about 3.4e38, a step size times a bias correction or N_train) would make every parameter it touches infinite, and
+    torch refuses to convert it, so the training has diverged: :class:`TrainingDiverged`, never an overflow error."""
+    if not abs(scale) <= FLOAT32_MAX:
+        raise TrainingDiverged(f"training diverged: a step scaled to {scale:.3g} lies beyond float32's range; lower "
+                               "the step size (--set lr=...)")
+    return scale
+
 
 def cosine_schedule(lr: float, min_lr: float, steps: int) -> list[float]:
     """Cosine decay from ``lr`` to ``min_lr`` over ``steps`` steps, computed by the same recursion as
@@ -65,7 +79,7 @@ class Adam:
             step_size = self.schedule[step] / (1 - self.beta1**count)
             torch.sqrt(state.exp_avg_sq, out=state.denom)
             state.denom.div_((1 - self.beta2**count) ** 0.5).add_(self.eps)
-            state.params.addcdiv_(state.exp_avg, state.denom, value=-step_size)
+            state.params.addcdiv_(state.exp_avg, state.denom, value=-float32_step(step_size))
         return state
 
 
@@ -154,7 +168,7 @@ class SGLD:
     def update(self, state: LangevinState, grads: torch.Tensor, step: int) -> LangevinState:
         eps = self.schedule[step]
         with torch.no_grad():
-            state.params.add_(grads, alpha=-0.5 * eps * self.n_train)
+            state.params.add_(grads, alpha=-float32_step(0.5 * eps * self.n_train))
             if self.noisy is None or self.noisy[step]:
                 state.params.add_(state.noise.next(), alpha=math.sqrt(eps))
         return state
@@ -181,7 +195,7 @@ class SGHMC:
     def update(self, state: LangevinState, grads: torch.Tensor, step: int) -> LangevinState:
         eta = self.schedule[step]
         with torch.no_grad():
-            state.velocity.mul_(1 - self.alpha).add_(grads, alpha=-eta * self.n_train)
+            state.velocity.mul_(1 - self.alpha).add_(grads, alpha=-float32_step(eta * self.n_train))
             if self.noisy is None or self.noisy[step]:
                 state.velocity.add_(state.noise.next(), alpha=math.sqrt(2 * self.alpha * eta))
             state.params.add_(state.velocity)

@@ -44,8 +44,8 @@ schedule) stays a count a machine can hold. A larger budget is refused before an
 
 
 DEFAULT_MAX_EPOCHS = 100_000
-"""The most epochs of training that ``verify``, ``check`` and ``submit --verify`` re-execute unless ``--max-epochs``
-allows more: three times the project's own gate (about 34,000 epochs of small models, some four minutes), far
+"""The most epochs of training that ``verify``, ``check``, ``check --update`` and ``submit --verify`` train unless
+``--max-epochs`` allows more: three times the project's own gate (about 34,000 epochs of small models, some four minutes), far
 below what an edited record or baseline can claim (a budget of 10^6 epochs would train for hours)."""
 
 
@@ -53,8 +53,8 @@ def check_planned_epochs(epochs: float, limit: float, what: str) -> None:
     """One :class:`BudgetExhausted` line, before anything trains, when ``what`` would re-execute more than ``limit``
     epochs."""
     if epochs > limit:
-        raise BudgetExhausted(f"{what} would re-execute {epochs:,.0f} epochs of training, more than --max-epochs "
-                              f"{limit:,.0f}; check what it claims, or pass --max-epochs {math.ceil(epochs)} to run it")
+        raise BudgetExhausted(f"{what} would train {epochs:,.0f} epochs in all, more than --max-epochs {limit:,.0f}; "
+                              f"check what it claims or asks for, or pass --max-epochs {math.ceil(epochs)} to run it")
 
 
 def check_budget_size(budget_epochs) -> float:

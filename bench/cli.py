@@ -102,22 +102,15 @@ def _epochs(text: str) -> float:
 
 def _add_max_epochs(parser) -> None:
     parser.add_argument("--max-epochs", type=_epochs, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
-                        help=f"refuse, before anything trains, to re-execute more epochs than this in all "
-                             f"(default {DEFAULT_MAX_EPOCHS:,}): records and baselines are files anyone can edit")
+                        help=f"refuse, before anything trains, to train more epochs than this in all (re-executed "
+                             f"records, a baseline's rerun, or what check --update measures; default "
+                             f"{DEFAULT_MAX_EPOCHS:,}): records and baselines are files anyone can edit")
 
 
 def _claimed_epochs(folders) -> float:
-    """The epochs the records in ``folders`` claim (a record that cannot be read counts nothing here: re-executing
-    it refuses it in its own line)."""
-    total = 0.0
-    for folder in folders:
-        try:
-            budget = records.read_result(folder).get("budget")
-        except (BenchError, OSError, ValueError):
-            continue
-        if isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0:
-            total += budget
-    return total
+    """The epochs the records in ``folders`` claim, each record checked first as verify and submit check it
+    (:func:`records.checked_result`): an edited one is one line before anything is planned or trains."""
+    return sum(records.checked_result(folder)["budget"] for folder in folders)
 
 
 def _positive_int(text: str) -> int:
@@ -326,7 +319,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_list(board, "--budget", type=_budget, metavar="EPOCHS", help="only these budgets (--budget 10 100, or repeated)")
     board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md",
                        help="md (Markdown tables, default), html (a page with plots), csv or json (every stored value)")
-    board.add_argument("--output", type=Path, help="write to this file instead of standard output")
+    board.add_argument("--output", type=Path, help="write to this file instead of standard output (a regular file, "
+                                                   "new or replaced; a folder, FIFO, device or /dev/stdout is "
+                                                   "refused: leave --output out to write to standard output)")
     board.add_argument("--db", type=Path, help=db_help)
 
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
@@ -756,8 +751,10 @@ def _store(rows: list, db: Path | None) -> None:
 def _cmd_leaderboard(args) -> int:
     from leaderboard.render import render
     from leaderboard.store import Store, default_db_path
-    from bench.io import atomic_write_bytes
+    from bench.io import atomic_write_bytes, file_to_write
 
+    if args.output:  # a folder, FIFO or device there: refused before the database is read
+        file_to_write(args.output, "the --output file")
     tasks, budgets = dict.fromkeys(args.task or [None]), dict.fromkeys(args.budget or [None])
     with Store(args.db or default_db_path(), read_only=True) as store:  # never writes, never waits long
         rows = [row for task in tasks for budget in budgets for row in store.runs(task=task, budget=budget)]
@@ -767,7 +764,7 @@ def _cmd_leaderboard(args) -> int:
         raise BenchError(f"no runs on the leaderboard{' for ' + chosen if chosen else ''}")
     text = render(rows, args.format)
     if args.output:
-        atomic_write_bytes(args.output, text.encode())
+        atomic_write_bytes(args.output, text.encode(), "the --output file")
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)
@@ -781,7 +778,8 @@ def _cmd_check(args) -> int:
         if args.tolerance is not None or args.statistical:
             raise BenchError("--tolerance and --statistical choose how a check compares; --update only measures")
         baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds,
-                               budgets=gate.budget_options(args.budget), settings=gate.setting_options(args.settings))
+                               budgets=gate.budget_options(args.budget), settings=gate.setting_options(args.settings),
+                               max_epochs=args.max_epochs)
         print(gate.describe_baseline(baseline))
         print(f"wrote {args.baseline}")
         return 0

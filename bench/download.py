@@ -129,8 +129,20 @@ def any_source_allowed() -> bool:
 
 
 def check_source(url: str) -> None:
-    """Refuses (one line) a URL that is not http(s), unless :data:`ANY_SOURCE_ENV` allows it."""
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    """Refuses (one line) a URL that urllib cannot take (one it cannot parse, a port out of range, spaces or control
+    characters, an http(s) URL without a host), or one that is not http(s) unless :data:`ANY_SOURCE_ENV` allows it."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- parsed on access: a port that is not a number in [0, 65535] raises here
+    except ValueError as error:
+        raise FetchError(f"{url!r} is not a URL urllib can read ({error}); give an http(s) URL") from None
+    unsafe = next((ch for ch in url if ord(ch) <= 0x20 or ord(ch) >= 0x7F), None)
+    if unsafe is not None:
+        raise FetchError(f"{url!r} holds {unsafe!r}, which a URL carries only percent-encoded; give the URL with it "
+                         "encoded (a space as %20)")
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https") and not parts.hostname:
+        raise FetchError(f"{url!r} names no host; give an http(s) URL such as https://example.org/data/")
     if scheme not in ("http", "https") and not any_source_allowed():
         raise FetchError(f"{url}: only http:// and https:// sources are fetched from, not {scheme or 'a path'}; "
                          f"give an http(s) mirror, or set {ANY_SOURCE_ENV}=1 to allow it")

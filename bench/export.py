@@ -14,27 +14,38 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import metrics, records
+from bench import records
 from bench.errors import BenchError
 from bench.tasks import PREDICTIVE_SAMPLES
 from bench.tasks.competition import OFFICIAL_TEST_ROWS, SPECS, SUBMISSION_FILES, read_manifest
 from reference.official import official_checksums
-from bench.io import atomic_write_bytes
+from bench.io import atomic_write_bytes, file_to_write
 
 
-def _run_predictions(folder: Path) -> tuple[dict, np.ndarray]:
+def _run_record(folder: Path) -> dict:
+    """The run's record, every field checked as ``submit`` checks it, of a competition task."""
     if not (folder / records.RESULT).exists():
         raise BenchError(f"{folder} holds no finished run ({records.RESULT} is missing)")
-    result = records.read_result(folder)
-    task = result.get("task")
+    result = records.checked_result(folder)
+    task = result["task"]
     if task not in SUBMISSION_FILES:
         raise BenchError(f"{folder}: task {task!r} is not a competition task; submissions hold only "
                          f"{', '.join(SUBMISSION_FILES)}")
-    with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
-        key = result["reference"]["key"]
-        if key not in npz.files:
-            raise BenchError(f"{folder / records.PREDICTIONS} has no array {key!r}")
-        return result, npz[key]
+    return result
+
+
+def _run_predictions(folder: Path, result: dict, rows: int, columns: int) -> np.ndarray:
+    """The run's predictions ``(rows, columns)``, read as ``submit`` reads them (a regular file, bounded by the size
+    they take, checked before the array is allocated, then as predictions of the task)."""
+    from leaderboard.submission import Expected, SubmissionError, read_predictions
+
+    spec = SPECS[result["task"]]
+    expected = Expected(result["task"], "classification" if spec.reference_key == "probs" else "regression",
+                        result["reference"]["key"], rows, columns)
+    try:
+        return read_predictions(folder / records.PREDICTIONS, expected)
+    except SubmissionError as error:
+        raise BenchError(str(error)) from None
 
 
 def _expected_rows(task: str, result: dict, cache) -> int:
@@ -55,12 +66,13 @@ def _expected_rows(task: str, result: dict, cache) -> int:
 def export_submission(run_folders: list[Path], out: Path, cache=None, force: bool = False) -> dict[str, str]:
     """Writes the zip; returns {file name in the zip: run folder}."""
     out = Path(out)
+    file_to_write(out, "the --out zip")  # a folder, FIFO or device there: refused before anything is read
     if out.exists() and not force:
         raise BenchError(f"{out} exists; pass --force to replace it")
     files: dict[str, bytes] = {}
     sources: dict[str, str] = {}
     for folder in map(Path, run_folders):
-        result, predictions = _run_predictions(folder)
+        result = _run_record(folder)
         task = result["task"]
         name = SUBMISSION_FILES[task]
         if name in files:
@@ -68,8 +80,8 @@ def export_submission(run_folders: list[Path], out: Path, cache=None, force: boo
         rows = _expected_rows(task, result, cache)
         spec = SPECS[task]
         columns = spec.n_classes if spec.reference_key == "probs" else PREDICTIVE_SAMPLES
-        # Validated for the error messages; written exactly as the run stored them.
-        metrics.validate_predictive(predictions, spec.reference_key, (rows, columns), f"{folder} predictions", task)
+        # written exactly as the run stored them (float64 as read)
+        predictions = _run_predictions(folder, result, rows, columns)
         text = io.BytesIO()
         np.savetxt(text, predictions)
         files[name], sources[name] = text.getvalue(), str(folder)
@@ -77,5 +89,5 @@ def export_submission(run_folders: list[Path], out: Path, cache=None, force: boo
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in files.items():
             archive.writestr(name, data)
-    atomic_write_bytes(out, buffer.getvalue())
+    atomic_write_bytes(out, buffer.getvalue(), "the --out zip")
     return sources

@@ -31,8 +31,55 @@ well under a megabyte)."""
 HASH_CHUNK_BYTES = 1 << 20
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+def file_to_write(path: Path, what: str) -> Path:
+    """Where writing ``path`` atomically puts the file: ``path`` itself, or, for a symbolic link, the file it points to
+    (the rename replaces that file and keeps the link). One :class:`BenchError` line, before anything is written, if
+    something other than a regular file is there (a folder, FIFO, socket or device such as ``/dev/full``) or the path
+    names an open file descriptor (``/dev/stdout``): a rename would put a file in place of it. ``what``: how the line
+    names the file (``the --output file``)."""
+    path = Path(path)
+    if _names_a_descriptor(path):
+        raise BenchError(f"{path}: {what} names an open file descriptor (a standard stream, through /proc or /dev/fd), "
+                         "which a rename cannot replace; give the path of a regular file (to print, leave the option out)")
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # nothing there: the write itself says if the folder is wrong
+        return target
+    except OSError as error:
+        raise BenchError(f"{path}: {what} cannot be written ({error.strerror or error}); choose another path") \
+            from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "not a regular file"
+        raise BenchError(f"{path}: {what} would replace {kind}; give the path of a regular file (new or existing)")
+    return target
+
+
+DESCRIPTOR_FOLDERS = ("/proc/", "/dev/fd/")
+"""Where links to open file descriptors live (``/dev/stdout`` leads to ``/proc/self/fd/1``): a file "there" is a
+stream, a pipe or a file opened elsewhere, and the folder takes no temporary file."""
+MAX_LINK_HOPS = 40
+
+
+def _names_a_descriptor(path: Path) -> bool:
+    """Whether ``path``, or a symbolic link it leads through (one hop at a time), lies in a folder of
+    :data:`DESCRIPTOR_FOLDERS` once that folder's own links are resolved (``/dev/fd/1``, ``/dev/stdout``)."""
+    for _ in range(MAX_LINK_HOPS):
+        folder = os.path.realpath(path.parent) + "/"
+        if folder.startswith(DESCRIPTOR_FOLDERS):
+            return True
+        if not path.is_symlink():
+            return False
+        path = path.parent / os.readlink(path)
+    return False
+
+
+def atomic_write_bytes(path: Path, data: bytes, what: str = "the file") -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename; a path where something
+    other than a regular file is found is refused before anything is written (:func:`file_to_write`)."""
+    path = file_to_write(path, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
@@ -87,14 +134,20 @@ def sha256_file(path: Path) -> str:
 def open_regular_file(path: Path, what: str, repair: str) -> BinaryIO:
     """``path`` opened for reading if it is a regular file (a symlink to one is followed), else one
     :class:`DamagedFile` line. Never waits on a FIFO, never opens a device for reading."""
-    # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the opened file, so
-    # the path cannot be swapped for a device between the check and the read.
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the opened descriptor, so
+    # the path cannot be swapped for a device between the check and the read, and before it is wrapped (a
+    # folder's descriptor would fail there as "Is a directory: 3", naming the descriptor, not the file).
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    f = open(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
-        raise DamagedFile(f"{path}: the {what} is not a regular file; {repair}")
-    return f
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise DamagedFile(f"{path}: the {what} is not a regular file{' but a folder' if stat.S_ISDIR(mode) else ''}; "
+                          f"{repair}")
+    return open(fd, "rb")
 
 
 def read_regular_file(path: Path, limit: int, what: str, repair: str) -> bytes:
@@ -124,8 +177,10 @@ def read_json(path: Path, what: str, repair: str, limit: int = JSON_BYTES_LIMIT)
     data = read_regular_file(path, limit, what, repair)
     try:
         value = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        reason = "nested too deeply" if isinstance(error, RecursionError) else f"not valid JSON: {error}"
+    except (ValueError, RecursionError) as error:  # ValueError: not JSON, not UTF-8, or a number of > 4300 digits
+        reason = "nested too deeply" if isinstance(error, RecursionError) else \
+            f"not valid JSON: {error}" if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)) else \
+            "it holds a number too long to read"
         raise DamagedFile(f"{path}: the {what} is damaged ({reason}); {repair}") from None
     if not isinstance(value, dict):
         raise DamagedFile(f"{path}: the {what} is damaged (a JSON {type(value).__name__}, not an object); {repair}")

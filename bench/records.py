@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from bench.errors import COMMAND_LINE, BenchError, Spelling, shown
-from bench.io import atomic_write_bytes, exclusive, json_bytes, npz_bytes, read_json
+from bench.errors import COMMAND_LINE, BenchError, ConfigError, DamagedFile, Spelling, shown
+from bench.io import atomic_write_bytes, exclusive, json_bytes, json_depth, npz_bytes, read_json
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
@@ -109,4 +111,198 @@ def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict) -> 
 
 
 def read_result(folder: Path) -> dict:
+    """``result.json`` of ``folder`` as written, a JSON object (:func:`checked_result` also checks every field)."""
     return read_json(Path(folder) / RESULT, "run record", "run it again with --force to replace it")
+
+
+MAX_RESULT_BYTES = 2 * 2**20
+"""The largest run record read back: a method's report takes at most 1 MiB of it (``bench.runner.MAX_REPORT_BYTES``),
+everything else some kilobytes."""
+MAX_RESULT_DEPTH = 16
+"""Nesting of a run record: bdl-bench's own go three levels deep (metrics by block by metric), a method's report a
+few more."""
+MAX_NAME_CHARS = 200
+"""The longest name a record or a submission may give (device, versions, method source, submitter)."""
+MAX_VERSIONS = 32
+MAX_TIMESTAMP_CHARS = 64
+MAX_ARCHITECTURE_CHANGE_CHARS = 1000
+TASK_VERSION_LIMIT = 2**31
+MAX_ENVIRONMENT_FIELDS = 32
+INTEGER_LIMIT = 2**63
+"""A whole number a record holds (a setting, a count in its environment) lies in [-2^63, 2^63): what a tensor index,
+a count or the database's integer columns hold."""
+
+METHOD_SOURCE = re.compile(r"\w+(\.\w+)*:(\w+|<locals>)(\.(\w+|<locals>))*")
+"""How a record says where a method outside bdl-bench came from: ``package.module:ClassName``, as
+:func:`approximators.method_source` writes it (the class's qualified name, ``make.<locals>.Mine`` for a class defined
+in a function, which ``run`` records too though it cannot be loaded again)."""
+
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),
+    "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float), "seed": (int,),
+    "metrics": (dict,), "metrics_by_block": (dict,), "wall_seconds": (int, float), "device": (str,),
+    "config": (dict,), "versions": (dict,), "reference": (dict,),
+}
+"""The fields every run record holds, and their JSON types (a bool is never a number)."""
+
+OPTIONAL_FIELD_TYPES: dict[str, tuple[type, ...]] = {"environment": (dict,), "resolved": (dict,)}
+"""Fields a record holds as null or of these types (records of older versions lack them); the optional text fields
+(label, method_source, finished_at, architecture_change) are checked as text of their own length."""
+
+
+def printable(value, limit: int) -> bool:
+    """Whether ``value`` is 1 to ``limit`` printable characters: no control character or terminal escape."""
+    return isinstance(value, str) and 0 < len(value) <= limit and value.isprintable()
+
+
+def finite_number(value) -> bool:
+    """Whether ``value`` (from JSON) is a finite number a float can hold: a float neither NaN nor infinite, or a whole
+    number within float's range (compared, never converted: one of 400 digits would overflow any arithmetic with a
+    float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return -sys.float_info.max <= value <= sys.float_info.max  # False for NaN and the infinities
+
+
+def check_label(label, source: str) -> None:
+    """``label`` is None (no label) or 1 to ``MAX_LABEL_CHARS`` printable characters, not only spaces, as ``run
+    --label`` takes it (it is shown in table cells and plot legends)."""
+    from bench.runner import MAX_LABEL_CHARS
+
+    if label is not None and not (printable(label, MAX_LABEL_CHARS) and label.strip()):
+        raise DamagedFile(f"{source}: a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only spaces")
+
+
+def check_budget_range(budget, source: str) -> None:
+    """A budget as a run takes it: a number of epochs in (0, MAX_BUDGET_EPOCHS] (compared, never converted)."""
+    from bench.budget import MAX_BUDGET_EPOCHS
+
+    if not (finite_number(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
+        raise DamagedFile(f"{source}: the budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], got "
+                          f"{shown(budget)}")
+
+
+def checked_result(folder: Path) -> dict:
+    """The run record of ``folder`` with every field checked before anything uses it, the one validator of ``verify``
+    and ``submit`` (a record is a file anyone can edit): a regular file of at most :data:`MAX_RESULT_BYTES`, nested at
+    most :data:`MAX_RESULT_DEPTH` levels, each field of its type and range (:func:`check_record`). Anything else is one
+    :class:`~bench.errors.DamagedFile` line naming the file."""
+    path = Path(folder) / RESULT
+    try:
+        result = read_json(path, "run record", "submit or verify a run folder as bdl-bench wrote it",
+                           limit=MAX_RESULT_BYTES)
+    except FileNotFoundError:
+        raise DamagedFile(f"{folder}: not a run folder (no {RESULT})") from None
+    except OSError as error:
+        raise DamagedFile(f"{path}: the run record cannot be read ({error.strerror or error})") from None
+    check_record(result, path)
+    return result
+
+
+def check_record(result: dict, path: Path) -> None:
+    """Every field of a run record in its type and range, so that nothing downstream (a re-execution, the store, a
+    planned budget) meets a value it would fail on; one :class:`~bench.errors.DamagedFile` line naming ``path``."""
+    depth = json_depth(result)
+    if depth > MAX_RESULT_DEPTH:
+        raise DamagedFile(f"{path}: nested {depth} levels deep, more than the {MAX_RESULT_DEPTH} a run record has")
+    for field, types in FIELD_TYPES.items():
+        value = result.get(field)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise DamagedFile(f"{path}: field {field!r} is missing or not a {'/'.join(t.__name__ for t in types)}")
+    for field, types in OPTIONAL_FIELD_TYPES.items():
+        value = result.get(field)
+        if value is not None and not isinstance(value, types):
+            raise DamagedFile(f"{path}: field {field!r} must be null or a {'/'.join(t.__name__ for t in types)}")
+    for field in ("sha256", "key"):
+        if not isinstance(result["reference"].get(field), str):
+            raise DamagedFile(f"{path}: field 'reference.{field}' is missing or not a string")
+    if not 0 <= result["seed"] < SEED_LIMIT:
+        raise DamagedFile(f"{path}: seed {shown(result['seed'])} lies outside [0, 2^63)")
+    if not 0 <= result["task_version"] < TASK_VERSION_LIMIT:
+        raise DamagedFile(f"{path}: task_version {shown(result['task_version'])} lies outside [0, 2^31)")
+    check_budget_range(result["budget"], str(path))
+    epochs_used, test_passes = result["epochs_used"], result["test_passes"]
+    if not (finite_number(epochs_used) and 0 < epochs_used <= result["budget"]):
+        raise DamagedFile(f"{path}: claims {shown(epochs_used)} epochs used, outside (0, {result['budget']:g}], the "
+                          "budget's limit")
+    if not (finite_number(test_passes) and test_passes >= 0):
+        raise DamagedFile(f"{path}: test_passes must be a non-negative number, got {shown(test_passes)}")
+    if not (finite_number(result["wall_seconds"]) and result["wall_seconds"] >= 0):
+        raise DamagedFile(f"{path}: wall_seconds must be a finite number of seconds >= 0, got "
+                          f"{shown(result['wall_seconds'])}")
+    if not printable(result["device"], MAX_NAME_CHARS):
+        raise DamagedFile(f"{path}: device must be 1 to {MAX_NAME_CHARS} printable characters")
+    versions = result["versions"]
+    if len(versions) > MAX_VERSIONS or not all(printable(k, MAX_NAME_CHARS) and printable(v, MAX_NAME_CHARS)
+                                               for k, v in versions.items()):
+        raise DamagedFile(f"{path}: versions must map at most {MAX_VERSIONS} names to version strings of 1 to "
+                          f"{MAX_NAME_CHARS} printable characters")
+    check_environment(result.get("environment"), path)
+    check_label(result.get("label"), str(path))
+    finished = result.get("finished_at")
+    if finished is not None and not printable(finished, MAX_TIMESTAMP_CHARS):
+        raise DamagedFile(f"{path}: finished_at must be null or a timestamp of 1 to {MAX_TIMESTAMP_CHARS} "
+                          "printable characters")
+    change = result.get("architecture_change")
+    if change is not None and not printable(change, MAX_ARCHITECTURE_CHANGE_CHARS):
+        raise DamagedFile(f"{path}: architecture_change must be null or 1 to {MAX_ARCHITECTURE_CHANGE_CHARS} "
+                          "printable characters")
+    _check_method(result, path)
+
+
+def check_environment(environment: dict | None, path: Path) -> None:
+    """The recorded environment (what ``verify`` and ``check`` compare): names mapped to printable text (empty where
+    the platform does not say, as ``libc`` on some systems), whole numbers or null."""
+    if environment is None:
+        return
+    if len(environment) > MAX_ENVIRONMENT_FIELDS or not all(
+            printable(key, MAX_NAME_CHARS) and (value is None or value == "" or printable(value, MAX_NAME_CHARS) or (
+                isinstance(value, int) and not isinstance(value, bool) and -INTEGER_LIMIT <= value < INTEGER_LIMIT))
+            for key, value in environment.items()):
+        raise DamagedFile(f"{path}: environment must map at most {MAX_ENVIRONMENT_FIELDS} names to printable text of "
+                          f"at most {MAX_NAME_CHARS} characters, whole numbers or null")
+
+
+def _check_settings_values(values: dict, field: str, path: Path) -> None:
+    """``config`` or ``resolved``: setting names mapped to what a setting holds (int, float, bool or printable
+    text), every number finite and every whole number within 64 bits."""
+    for key, value in values.items():
+        fits = isinstance(value, (bool, str)) and (not isinstance(value, str) or value == "" or value.isprintable()) \
+            or finite_number(value) and (not isinstance(value, int) or -INTEGER_LIMIT <= value < INTEGER_LIMIT)
+        if not (isinstance(key, str) and key.isidentifier() and fits):
+            raise DamagedFile(f"{path}: {field} must map setting names to numbers (finite, whole ones within 64 bits), "
+                              f"true/false or printable text; {shown(key)} holds {shown(value)}")
+
+
+def _check_method(result: dict, path: Path) -> None:
+    """The method: a name as a method class has it; a built-in one's configuration checked as ``--set`` values are
+    (its settings, their types, bounds, choices and order); another's must say where it came from."""
+    from approximators import METHOD_NAME, METHODS
+    from approximators.base import recorded_config
+
+    method, source = result["method"], result.get("method_source")
+    if not METHOD_NAME.fullmatch(method):
+        raise DamagedFile(f"{path}: the method name must be 1 to 100 letters, digits, '.', '_', '+' or '-', starting "
+                          f"with a letter or digit (as a method class names itself); got {shown(method)}")
+    for field in ("config", "resolved"):
+        if result.get(field) is not None:
+            _check_settings_values(result[field], field, path)
+    if source is not None and not (printable(source, MAX_NAME_CHARS) and METHOD_SOURCE.fullmatch(source)):
+        raise DamagedFile(f"{path}: method_source must be null or package.module:ClassName of 1 to {MAX_NAME_CHARS} "
+                          "characters")
+    built_in = METHODS.get(method)
+    if built_in is not None:
+        if source is not None:
+            raise DamagedFile(f"{path}: {method} is a built-in method, whose runs record no method_source (this record "
+                              f"says {shown(source)})")
+        try:
+            recorded_config(built_in, result["config"])
+        except ConfigError as error:
+            raise DamagedFile(f"{path}: the recorded configuration does not fit {method}'s settings ({error})") \
+                from None
+        if result.get("architecture_change") is None and built_in.architecture_change(built_in.Config()) is not None:
+            raise DamagedFile(f"{path}: {method} changes the task's network, but the record does not say how "
+                              "(architecture_change); rerun it with this version of bdl-bench")
+    elif source is None:
+        raise DamagedFile(f"{path}: {method!r} is not a method of this installation, and the record names no "
+                          "method_source (package.module:ClassName) that it came from")

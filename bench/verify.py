@@ -23,7 +23,6 @@ marks verified runs.
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +30,12 @@ import numpy as np
 import torch
 
 from approximators import get_method
-from approximators.base import check_settings
-from approximators.boundary import users_code
+from approximators.base import recorded_config
 from bench import metrics, records
-from bench.errors import BenchError, ConfigError
+from bench.errors import BenchError, ConfigError, DamagedFile
 from bench.executors import usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
-from bench.tasks import get_task
+from bench.tasks import PREDICTIVE_SAMPLES, get_task
 
 CROSS_ENVIRONMENT_FACTOR = 2.0
 """Another machine: recorded-to-rerun distance may be at most this times the rerun's seed-to-seed distance."""
@@ -62,43 +60,35 @@ class Verification:
                 f"thread{'s' if self.threads != 1 else ''}): {self.detail}")
 
 
-def _recorded(folder: Path) -> tuple[dict, np.ndarray]:
+def _recorded(folder: Path) -> dict:
+    """The run's record, every field checked as ``submit`` checks it (:func:`records.checked_result`)."""
     try:
-        result = records.read_result(folder)
-        with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
-            (key,) = npz.files
-            predictions = np.asarray(npz[key], dtype=np.float64)
-    except (OSError, ValueError, KeyError) as error:
-        raise VerificationError(f"{folder}: not a readable run folder ({error})") from None
-    missing = [k for k in ("task", "task_version", "task_fingerprint", "method", "budget", "seed", "config",
-                           "epochs_used", "test_passes") if k not in result]
-    if missing:
-        raise VerificationError(f"{folder}: {records.RESULT} lacks {', '.join(missing)}")
-    kinds = {"task": str, "task_fingerprint": str, "method": str, "task_version": int, "seed": int, "config": dict,
-             "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float)}
-    wrong = [k for k, kind in kinds.items() if not isinstance(result[k], kind) or isinstance(result[k], bool)]
-    if wrong:
-        raise VerificationError(f"{folder}: {records.RESULT} holds {', '.join(wrong)} of the wrong type")
-    if not 0 <= result["seed"] < records.SEED_LIMIT:
-        raise VerificationError(f"{folder}: {records.RESULT} holds seed {str(result['seed'])[:30]}, outside [0, 2^63)")
-    return result, predictions
+        return records.checked_result(folder)
+    except DamagedFile as error:
+        raise VerificationError(str(error)) from None
+
+
+def _recorded_predictions(folder: Path, task, key: str) -> np.ndarray:
+    """The run's predictions, read and checked against ``task`` as ``submit`` reads them (a regular file, bounded by
+    the size the task's predictions take, the array's header checked before it is allocated)."""
+    from leaderboard.submission import Expected, SubmissionError, read_predictions
+
+    classification = task.kind == "classification"
+    expected = Expected(task.name, task.kind, key, task.n_test, task.n_classes if classification else PREDICTIVE_SAMPLES)
+    try:
+        return read_predictions(folder / records.PREDICTIONS, expected)
+    except SubmissionError as error:
+        raise VerificationError(str(error)) from None
 
 
 def _recorded_config(method, values: dict, folder: Path):
-    """The method's config from a record's values, each of its field's type and checked as ``--set`` values are
-    (bounds, choices, order), or one line."""
-    hints = typing.get_type_hints(method.Config)
-    unknown = [key for key in values if key not in hints]
-    wrong = [key for key, value in values.items() if key in hints and not (
-        isinstance(value, hints[key]) and not (isinstance(value, bool) and hints[key] is not bool)
-        or (hints[key] is float and isinstance(value, int) and not isinstance(value, bool)))]
-    if unknown or wrong:
-        raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ("
-                          f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)})")
-    with users_code(method, "settings"):
-        config = method.Config(**values)
-    check_settings(method.name, config)
-    return config
+    """The method's config from a record's values (:func:`approximators.base.recorded_config`), or one line naming
+    the folder."""
+    try:
+        return recorded_config(method, values)
+    except ConfigError as error:
+        raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ({error})") \
+            from None
 
 
 def _distance(kind: str, a: np.ndarray, b: np.ndarray) -> float:
@@ -155,11 +145,12 @@ def verify(folder: Path, cache: Path | None = None, method: str | None = None) -
     record (``method``: the method to re-execute it with, as ``--method`` takes it; needed for a method loaded as
     ``package.module:ClassName``)."""
     folder = Path(folder)
-    result, recorded = _recorded(folder)
+    result = _recorded(folder)
     task = get_task(result["task"], cache)
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
                                 f"settings than this installation's version {task.version}; it cannot be re-executed")
+    recorded = _recorded_predictions(folder, task, result["reference"]["key"])
     method = _method_of(result, folder, method)
     config = _recorded_config(method, result["config"], folder)
     seed = result["seed"]

@@ -55,15 +55,16 @@ from pathlib import Path
 import scipy.stats
 from tabulate import tabulate
 
-from approximators import METHODS, get_method, resolve_config
+from approximators import METHOD_NAME, METHODS, get_method, resolve_config
+from bench import records
 from bench.budget import DEFAULT_MAX_EPOCHS, check_budget_size, check_planned_epochs
-from bench.errors import BenchError
+from bench.errors import BenchError, DamagedFile, shown
 from bench.records import SEED_LIMIT
 from bench.runner import RunSpec, environment, numerics_changes, run
-from bench.tasks import DEFAULT_TASKS, get_task
+from bench.tasks import DEFAULT_TASKS, all_task_names, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
 from leaderboard.store import OVERALL_BLOCK
-from bench.io import atomic_write_bytes, json_bytes, read_json
+from bench.io import atomic_write_bytes, file_to_write, json_bytes, read_json
 from reference.store import load_reference
 
 BASELINE_FORMAT = 2
@@ -227,6 +228,7 @@ def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
 def _check_writable(path: Path) -> None:
     """One line, before minutes of measuring, unless the baseline can be written where asked: its folder takes a
     new file (the atomic write's temporary) and an existing baseline is writable."""
+    path = file_to_write(path, "the baseline")  # a folder, FIFO or device there: refused before measuring
     folder = path.parent if str(path.parent) else Path(".")
     try:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".bdl-bench-write-test-"):
@@ -243,8 +245,10 @@ def _check_writable(path: Path) -> None:
 
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
            seeds: int | None = None, budgets: dict[str, float] | None = None,
-           settings: dict[str, dict[str, str]] | None = None) -> dict:
-    """Measures the configuration and writes the baseline file atomically; returns its contents.
+           settings: dict[str, dict[str, str]] | None = None, max_epochs: float = DEFAULT_MAX_EPOCHS) -> dict:
+    """Measures the configuration and writes the baseline file atomically; returns its contents. The epochs it would
+    train (budgets x tasks x seeds) are planned first: beyond ``max_epochs`` (``--max-epochs``) it is one line
+    before anything is loaded or trained.
 
     ``methods``: as ``--method`` takes them; default the methods ``budgets`` or ``settings`` name, else every
     built-in one. ``budgets`` and ``settings`` (as :func:`budget_options` and :func:`setting_options` return
@@ -262,14 +266,16 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     specs = list(dict.fromkeys(methods or named or METHODS))
     tasks = list(dict.fromkeys(get_task(task).name for task in tasks or DEFAULT_TASKS))
     n_seeds = DEFAULT_SEEDS if seeds is None else seeds
-    if n_seeds <= STD_DDOF:
-        raise BenchError(f"--seeds must be at least {STD_DDOF + 1} to measure a standard deviation, got {n_seeds}")
+    if not STD_DDOF < n_seeds <= SEED_LIMIT:  # seeds 0..n-1 lie in [0, 2^63)
+        raise BenchError(f"--seeds must be at least {STD_DDOF + 1} to measure a standard deviation and at most 2^63, "
+                         f"got {shown(n_seeds)}")
     loaded = _loaded(specs)
     aliases = {alias: name for name, (spec, _) in loaded.items() for alias in (name, spec)}
     own_budgets, own_settings = _by_name("--budget", budgets, aliases), _by_name("--set", settings, aliases)
     sources = {name: spec for name, (spec, _) in loaded.items()}
     budget_of = {name: _budget_of(method, own_budgets.get(name, budgets.get(EVERY_METHOD)))
                  for name, (_, method) in loaded.items()}
+    check_planned_epochs(sum(budget_of.values()) * len(tasks) * n_seeds, max_epochs, f"updating {path}")
     settings_of = {name: {**settings.get(EVERY_METHOD, {}), **own_settings.get(name, {})} for name in loaded}
     for task in tasks:
         load_reference(get_task(task))
@@ -333,7 +339,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
         "runs": runs,
         "results": results,
     }
-    atomic_write_bytes(Path(path), json_bytes(baseline))
+    atomic_write_bytes(Path(path), json_bytes(baseline), "the baseline")
     return baseline
 
 
@@ -394,8 +400,8 @@ def load_baseline(path: Path) -> dict:
 
 
 def _check_configuration(baseline: dict, path: Path) -> None:
-    """What a baseline asks to run, range-checked before anything trains: one line naming the field (a baseline
-    is a file anyone can edit)."""
+    """What a baseline asks to run and what it compares with, type- and range-checked before anything trains: one
+    line naming the field (a baseline is a file anyone can edit, and a check that compares nothing must not pass)."""
     def refuse(what: str) -> BenchError:
         return BenchError(f"{path}: {what}; rewrite it with `python -m bench check --update --baseline {path}`")
 
@@ -407,10 +413,19 @@ def _check_configuration(baseline: dict, path: Path) -> None:
                                                        and 0 <= s < SEED_LIMIT for s in seeds)
             and len(set(seeds)) == len(seeds)):
         raise refuse(f"its seeds must be distinct whole numbers in [0, 2^63), at least one; got {str(seeds)[:80]}")
+    if len(seeds) <= STD_DDOF:
+        raise refuse(f"it has {len(seeds)} seed(s); a standard deviation needs at least {STD_DDOF + 1}")
     for field in ("methods", "tasks"):
         names = configuration.get(field)
-        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
-            raise refuse(f"its {field} must be a non-empty list of names")
+        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)
+                and len(set(names)) == len(names)):
+            raise refuse(f"its {field} must be a non-empty list of distinct names")
+    unnamed = [name for name in configuration["methods"] if not METHOD_NAME.fullmatch(name)]
+    if unnamed:
+        raise refuse(f"{shown(unnamed[0])} is not a method's name")
+    unknown = [task for task in configuration["tasks"] if task not in all_task_names()]
+    if unknown:
+        raise refuse(f"{shown(unknown[0])} is not a task (tasks: {', '.join(all_task_names())})")
     budgets = configuration.get("budgets")
     if not isinstance(budgets, dict) or set(budgets) != set(configuration["methods"]):
         raise refuse("its budgets must give one budget per method")
@@ -421,6 +436,72 @@ def _check_configuration(baseline: dict, path: Path) -> None:
                                                                           for k, x in v.items())
                                                for v in settings.values())):
         raise refuse("its settings must map each method to --set values as text")
+    sources = configuration.get("sources", {})
+    if not (isinstance(sources, dict) and all(isinstance(v, str) and v for v in sources.values())):
+        raise refuse("its sources must map methods to how --methods named them")
+    if not isinstance(baseline.get("environment"), dict):
+        raise refuse("its environment is missing or not an object")
+    try:
+        records.check_environment(baseline["environment"], path)
+    except DamagedFile as error:
+        raise refuse(str(error).removeprefix(f"{path}: ")) from None
+    _check_measurements(baseline, path, refuse)
+
+
+def _check_measurements(baseline: dict, path: Path, refuse) -> None:
+    """``results`` and ``runs``: every method and task of the configuration measured (and nothing else), each with
+    every seed's budget fields and, per test block (the whole test set among them), at least one metric whose seeds'
+    values are finite numbers whose mean and standard deviation are the ones stored."""
+    configuration, results, runs = baseline["configuration"], baseline["results"], baseline["runs"]
+    n_seeds = len(configuration["seeds"])
+    if set(results) != set(configuration["methods"]) or set(runs) != set(results):
+        raise refuse(f"its results and runs must hold exactly its methods ({', '.join(configuration['methods'])})")
+    measured_tasks = set()
+    for method, by_task in results.items():
+        if not (isinstance(by_task, dict) and by_task and set(by_task) <= set(configuration["tasks"])
+                and isinstance(runs[method], dict) and set(runs[method]) == set(by_task)):
+            raise refuse(f"the results of {method} must hold one or more of its tasks, each with its runs")
+        measured_tasks |= set(by_task)
+        for task, blocks in by_task.items():
+            where = f"{method} on {task}"
+            budget_fields = runs[method][task]
+            if not (isinstance(budget_fields, dict) and all(
+                    isinstance(budget_fields.get(name), list) and len(budget_fields[name]) == n_seeds
+                    and all(records.finite_number(v) and v >= 0 for v in budget_fields[name]) for name in BUDGET_FIELDS)):
+                raise refuse(f"the runs of {where} must give {' and '.join(BUDGET_FIELDS)} for each of its {n_seeds} "
+                             "seeds, as numbers >= 0")
+            if not (isinstance(blocks, dict) and isinstance(blocks.get(OVERALL_BLOCK), dict)
+                    and all(isinstance(metrics, dict) and metrics for metrics in blocks.values())):
+                raise refuse(f"the results of {where} must hold the block {OVERALL_BLOCK!r} and metrics for every block")
+            for block, metrics in blocks.items():
+                for metric, stats in metrics.items():
+                    if not (records.printable(block, records.MAX_NAME_CHARS)
+                            and records.printable(metric, records.MAX_NAME_CHARS)):
+                        raise refuse(f"the results of {where} name a block {shown(block)} or a metric {shown(metric)} "
+                                     "that is not a name (printable text)")
+                    _check_statistics(stats, n_seeds, f"{where}, block {block}, {metric}", refuse)
+    missing = [task for task in configuration["tasks"] if task not in measured_tasks]
+    if missing:
+        raise refuse(f"no method's results hold its task {missing[0]}")
+
+
+STORED_STATISTICS_TOLERANCE = 1e-9
+"""A stored mean or standard deviation may differ from its seeds' values by this much relative (JSON keeps floats
+exactly; the rest is room for another summation order)."""
+
+
+def _check_statistics(stats, n_seeds: int, where: str, refuse) -> None:
+    values = stats.get("values") if isinstance(stats, dict) else None
+    if not (isinstance(values, list) and len(values) == n_seeds and all(map(records.finite_number, values))):
+        raise refuse(f"{where}: its values must be {n_seeds} finite numbers, one per seed")
+    if not all(records.finite_number(stats.get(key)) and stats[key] >= 0 for key in ("std", "floor")) \
+            or not records.finite_number(stats.get("mean")):
+        raise refuse(f"{where}: its mean, std and floor must be finite numbers (std and floor >= 0)")
+    mean, std = mean_std(values)
+    if not all(abs(stored - value) <= STORED_STATISTICS_TOLERANCE * max(1.0, abs(value))
+               for stored, value in ((stats["mean"], mean), (stats["std"], std))):
+        raise refuse(f"{where}: its mean {stats['mean']:.10g} and std {stats['std']:.10g} are not those of its values "
+                     f"({mean:.10g}, {std:.10g})")
 
 
 @dataclass(frozen=True)
@@ -508,7 +589,9 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return not (self.budget_mismatches or self.moves or self.flagged)
+        """Nothing moved, was flagged or charged differently, and something was compared: a gate that compared no
+        metric has checked nothing, and fails."""
+        return self.n_compared > 0 and not (self.budget_mismatches or self.moves or self.flagged)
 
     def text(self) -> str:
         lines = []
@@ -536,6 +619,8 @@ class Report:
                 if findings:
                     lines.append(title)
                     lines.append(tabulate([f.row() for f in findings], headers="keys"))
+        if not self.n_compared:
+            lines.append("NOTHING COMPARED: no metric of the baseline was measured again, so nothing was checked")
         verdict = "passed" if self.passed else "FAILED"
         problems = len(self.moves) if self.mode == "exact" else len(self.flagged)
         lines.append(f"check {verdict} ({self.mode}): {self.n_compared} metrics compared, {problems} "
@@ -588,7 +673,12 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
         _load_gated(path, method, sources[method])
     started = time.perf_counter()
     tasks_of = {m: [t for t in tasks if t in baseline["results"][m]] for m in methods}
-    check_planned_epochs(sum(configuration["budgets"][m] * len(tasks_of[m]) for m in methods)
+    tasks_of = {m: ts for m, ts in tasks_of.items() if ts}
+    if not tasks_of:
+        raise BenchError(f"{path} holds no results for {', '.join(methods)} on {', '.join(tasks)}: the check would "
+                         "compare nothing; choose methods and tasks it measured (`python -m bench check --baseline "
+                         f"{path}` without --methods and --task checks all of them)")
+    check_planned_epochs(sum(configuration["budgets"][m] * len(ts) for m, ts in tasks_of.items())
                          * len(configuration["seeds"]), max_epochs, f"checking {path}")
     measured = measure(tasks_of, configuration["seeds"], configuration["budgets"], configuration.get("settings"),
                        sources)

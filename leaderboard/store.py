@@ -35,6 +35,7 @@ import errno
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -100,6 +101,11 @@ MIGRATIONS: list[str] = [
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+APPLICATION_ID = 0x62646C62
+"""``PRAGMA application_id`` of every leaderboard database (``bdlb`` in ASCII), written with the schema: the signature
+by which a file is known to be ours before anything writes to it. Databases written before it carry none, and are
+known by their schema instead (:func:`_signature`)."""
 
 OVERALL_BLOCK = "all"
 """The block name under which a run's whole-test-set metrics are stored."""
@@ -184,13 +190,15 @@ class Store:
             return
         if must_exist and not self.path.exists():
             raise StoreError(f"no leaderboard database at {self.path}; submit runs first (`python -m bench submit`)")
+        # Known to be ours, through a connection that cannot write, before a connection that may: a refusal changes
+        # nothing, not even the journal mode, and leaves no -wal, -shm or -journal file behind.
+        if _existing_database(self.path) and _version_if_ours(self.path) > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {_version_if_ours(self.path)}, newer than this "
+                             f"release's {SCHEMA_VERSION}; upgrade bdl-bench to write it")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            existing = self.path.exists() and self.path.stat().st_size > 0
             # isolation_level=None: transactions are opened explicitly, so BEGIN IMMEDIATE is honoured.
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
-            if existing:
-                self._refuse_unless_ours()  # before anything that writes: a refusal must change nothing
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._migrate()
@@ -201,17 +209,6 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
-
-    def _refuse_unless_ours(self) -> None:
-        """One line, with the file untouched, for an SQLite database that another program wrote (tables, but no
-        schema version of ours): switching it to a write-ahead log or migrating it would change it."""
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if (version == 0 and tables) or (version > 0 and "runs" not in tables):
-            self._db.close()
-            raise StoreError(f"{self.path} is an SQLite database of another program (tables "
-                             f"{', '.join(sorted(tables)[:5]) or 'none'}), not a bdl-bench leaderboard; choose "
-                             "another file with --db")
 
     def __enter__(self):
         return self
@@ -247,6 +244,8 @@ class Store:
                 for statement in filter(str.strip, script.split(";")):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {target}")
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:  # new, or written before it
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     def insert(self, rows: list[RunRow]) -> tuple[list[RunRow], list[RunRow]]:
         """Inserts every row in one transaction: all or nothing. Returns (added, already present).
@@ -368,6 +367,79 @@ def _check_label(db: sqlite3.Connection, row: RunRow) -> None:
                          "on the leaderboard or in this submission; choose another label")
 
 
+def _existing_database(path: Path) -> bool:
+    """Whether ``path`` holds a file to open as a database (one of zero bytes is as none: SQLite makes it a new one);
+    one line, before SQLite touches it, if something other than a regular file is there (``/dev/null``, a FIFO or a
+    folder: SQLite would read a device, wait on a FIFO, or create ``/dev/null-journal`` beside it)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise StoreError(f"cannot open leaderboard database {path}: {error.strerror or error}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(f"{path} is a folder, not a leaderboard database; choose the database file with --db")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"{path} is not a regular file (a device, FIFO or socket), so not a leaderboard database; "
+                         "choose the database file with --db")
+    return info.st_size > 0
+
+
+def _schema(db: sqlite3.Connection) -> set[tuple]:
+    """Every table, index, view and trigger of ``db`` with its columns (name, type, not null, primary key)."""
+    objects = db.execute("SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchall()
+    columns = [(table, *column[1:3], column[3], column[5]) for kind, table, _ in objects if kind == "table"
+               for column in db.execute(f"PRAGMA table_info({_quoted(table)})")]
+    return set(objects) | set(columns)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _schema_of_version(version: int) -> set[tuple]:
+    """The schema :data:`MIGRATIONS` give a database of ``version`` (built in memory)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        for script in MIGRATIONS[:version]:
+            db.executescript(script)
+        return _schema(db)
+    finally:
+        db.close()
+
+
+def _signature(path: Path) -> tuple[int, int, set[tuple]]:
+    """``(application_id, user_version, schema)`` of the SQLite file at ``path``, read through an ``immutable``
+    read-only connection: no lock taken, no journal or -shm file created, nothing written."""
+    db = sqlite3.connect(path.absolute().as_uri() + "?mode=ro&immutable=1", uri=True, isolation_level=None)
+    try:
+        return (db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0],
+                _schema(db))
+    finally:
+        db.close()
+
+
+def _version_if_ours(path: Path) -> int:
+    """The schema version of the leaderboard database at ``path``, or one line, with the file untouched, unless it is
+    one: it carries :data:`APPLICATION_ID`, or (written before the signature) it has exactly the schema of its
+    ``user_version``, or it is empty (no schema, no version, no application id). Anything else, a table named
+    ``runs`` or a lone view included, is another program's, and opening it to write would change it."""
+    try:
+        application_id, version, schema = _signature(path)
+    except sqlite3.DatabaseError as error:
+        raise StoreError(f"cannot open leaderboard database {path}: {' '.join(str(error).split())}; it was left "
+                         "unchanged: restore it from a copy or choose another file with --db") from None
+    if application_id == APPLICATION_ID:
+        return version
+    if application_id == 0 and (version == 0 and not schema
+                                or 0 < version <= SCHEMA_VERSION and schema == _schema_of_version(version)):
+        return version
+    names = sorted(entry[1] for entry in schema if len(entry) == 3)
+    raise StoreError(f"{path} is an SQLite database of another program (application id {application_id}, schema "
+                     f"version {version}, {', '.join(names[:5]) or 'no tables'}), not a bdl-bench leaderboard database; it "
+                     "was left unchanged; choose another file with --db")
+
+
 def _open_for_reading(path: Path) -> sqlite3.Connection:
     """A read-only connection to the existing database at ``path`` (see the module's docstring); every failure is
     one :class:`StoreError` (or :class:`DatabaseLocked`) naming the file."""
@@ -386,6 +458,8 @@ def _open_for_reading(path: Path) -> sqlite3.Connection:
         folder_writable = os.access(path.parent, os.W_OK)
     except OSError as error:  # the folder cannot even be searched
         raise StoreError(f"cannot read leaderboard database {path}: {error.strerror or error}") from None
+    if path.stat().st_size:
+        _version_if_ours(path)  # another program's file is refused before a read could create its -shm index
     uri = path.absolute().as_uri() + "?mode=ro"
     try:
         try:

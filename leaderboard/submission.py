@@ -37,13 +37,11 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from approximators import METHODS
 from bench import metrics, records
-from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import BenchError, ConfigError, DamagedFile
-from bench.io import json_depth, open_regular_file, read_json, read_regular_file
-from bench.records import SEED_LIMIT
-from bench.runner import MAX_LABEL_CHARS, score
+from bench.io import open_regular_file, read_regular_file
+from bench.records import MAX_NAME_CHARS
+from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
 from bench.tasks.competition import SUBMISSION_FILES
 from leaderboard import reliability
@@ -57,27 +55,12 @@ METRIC_TOLERANCE = 1e-9
 """Claimed and recomputed metrics may differ by this much, absolute plus relative: both come from the
 same float64 predictions and code, so only summation-order round-off (~1e-16) separates them."""
 
-MAX_RESULT_BYTES = 1 << 20
 NPY_HEADER_SLACK = 1 << 16
 """Room for the ``.npy`` header and zip bookkeeping above the raw float64 bytes of the predictions."""
 TEXT_BYTES_PER_NUMBER = 32
 """``savetxt``'s default ``%.18e`` is 24 characters plus a delimiter; 32 leaves room for signs and spaces."""
 MAX_ZIP_BYTES = 1 << 30
-MAX_NAME_CHARS = 200
 MAX_NOTES_CHARS = 10_000
-
-_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
-    "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),
-    "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float), "seed": (int,),
-    "metrics": (dict,), "metrics_by_block": (dict,), "wall_seconds": (int, float), "device": (str,),
-    "config": (dict,), "versions": (dict,), "reference": (dict,),
-}
-MAX_ARCHITECTURE_CHANGE_CHARS = 1000
-MAX_RESULT_DEPTH = 16
-"""Nesting of a run record: bdl-bench's own go three levels deep (metrics by block by metric)."""
-MAX_VERSIONS = 32
-MAX_TIMESTAMP_CHARS = 64
-TASK_VERSION_LIMIT = 2**31
 
 HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 """The ``.npy`` header versions accepted, each with numpy's public reader (which bounds the header's length)."""
@@ -192,85 +175,27 @@ def read_predictions(path: Path, expected: Expected) -> np.ndarray:
 
 
 def read_result(folder: Path) -> dict:
-    """``result.json`` of a run folder, with every field the leaderboard relies on type-checked."""
-    path = Path(folder) / records.RESULT
+    """``result.json`` of a run folder, every field checked as ``verify`` checks it (:func:`records.checked_result`)."""
     try:
-        result = read_json(path, "run record", "submit a run folder as bdl-bench wrote it", limit=MAX_RESULT_BYTES)
-    except FileNotFoundError:
-        raise SubmissionError(f"{folder}: not a run folder (no {records.RESULT})") from None
+        return records.checked_result(folder)
     except DamagedFile as error:
         raise SubmissionError(str(error)) from None
-    depth = json_depth(result)
-    if depth > MAX_RESULT_DEPTH:
-        raise SubmissionError(f"{path}: nested {depth} levels deep, more than the {MAX_RESULT_DEPTH} a run record has")
-    for field, types in _RESULT_FIELDS.items():
-        value = result.get(field)
-        if isinstance(value, bool) or not isinstance(value, types):
-            raise SubmissionError(f"{path}: field {field!r} is missing or not a {'/'.join(t.__name__ for t in types)}")
-    for field in ("sha256", "key"):
-        if not isinstance(result["reference"].get(field), str):
-            raise SubmissionError(f"{path}: field 'reference.{field}' is missing or not a string")
-    _check_result_ranges(result, path)
-    return result
-
-
-def _printable(value, limit: int) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= limit and value.isprintable()
-
-
-def _check_result_ranges(result: dict, path: Path) -> None:
-    """Every field the store keeps lies in its range, so the database never sees a value it would refuse."""
-    if not 0 <= result["seed"] < SEED_LIMIT:
-        raise SubmissionError(f"{path}: seed {result['seed']} lies outside [0, 2^63)")
-    if not 0 <= result["task_version"] < TASK_VERSION_LIMIT:
-        raise SubmissionError(f"{path}: task_version {result['task_version']} lies outside [0, 2^31)")
-    if not (math.isfinite(result["wall_seconds"]) and result["wall_seconds"] >= 0):
-        raise SubmissionError(f"{path}: wall_seconds must be a finite number of seconds >= 0, got "
-                              f"{result['wall_seconds']}")
-    if not _printable(result["device"], MAX_NAME_CHARS):
-        raise SubmissionError(f"{path}: device must be 1 to {MAX_NAME_CHARS} printable characters")
-    versions = result["versions"]
-    if len(versions) > MAX_VERSIONS or not all(_printable(k, MAX_NAME_CHARS) and _printable(v, MAX_NAME_CHARS)
-                                               for k, v in versions.items()):
-        raise SubmissionError(f"{path}: versions must map at most {MAX_VERSIONS} names to version strings of 1 to "
-                              f"{MAX_NAME_CHARS} printable characters")
-    try:  # stored and hashed as strict JSON: NaN and infinities have no place there
-        json.dumps(result["config"], allow_nan=False)
-    except ValueError:
-        raise SubmissionError(f"{path}: config holds a non-finite number (NaN or infinity), which no run "
-                              "records") from None
-    source = result.get("method_source")
-    if source is not None and not _printable(source, MAX_NAME_CHARS):
-        raise SubmissionError(f"{path}: method_source must be null or package.module:ClassName of 1 to "
-                              f"{MAX_NAME_CHARS} printable characters")
-    check_label(result.get("label"), str(path))
-    finished = result.get("finished_at")
-    if finished is not None and not _printable(finished, MAX_TIMESTAMP_CHARS):
-        raise SubmissionError(f"{path}: finished_at must be null or a timestamp of 1 to {MAX_TIMESTAMP_CHARS} "
-                              "printable characters")
 
 
 def check_label(label, source: str) -> None:
-    """``label`` is None (no label) or 1 to ``MAX_LABEL_CHARS`` printable characters, not only spaces, as ``run
-    --label`` takes it (it is shown in table cells and plot legends)."""
-    if label is not None and not (_printable(label, MAX_LABEL_CHARS) and label.strip()):
-        raise SubmissionError(f"{source}: a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only "
-                              "spaces")
+    """A competition zip's ``--label`` as a run's (:func:`bench.records.check_label`)."""
+    try:
+        records.check_label(label, source)
+    except DamagedFile as error:
+        raise SubmissionError(str(error)) from None
 
 
 def check_budget_range(budget: float, source: str) -> None:
-    if not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
-        raise SubmissionError(f"{source}: the budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], "
-                              f"got {budget}")
-
-
-def check_budget_claim(budget: float, epochs_used: float, test_passes: float, source: str) -> None:
-    """The track's limit is its budget: a run may use at most ``budget`` epochs."""
-    check_budget_range(budget, source)
-    if not (math.isfinite(epochs_used) and 0 < epochs_used <= budget):
-        raise SubmissionError(f"{source}: claims {epochs_used} epochs used, outside (0, {budget:g}], the budget's limit")
-    if not (math.isfinite(test_passes) and test_passes >= 0):
-        raise SubmissionError(f"{source}: test_passes must be a non-negative number, got {test_passes}")
+    """A competition zip's declared budget as a run's (:func:`bench.records.check_budget_range`)."""
+    try:
+        records.check_budget_range(budget, source)
+    except DamagedFile as error:
+        raise SubmissionError(str(error)) from None
 
 
 def check_claimed_metrics(claimed: dict, recomputed: dict, where: str) -> None:
@@ -280,7 +205,7 @@ def check_claimed_metrics(claimed: dict, recomputed: dict, where: str) -> None:
         raise SubmissionError(f"{where}: metrics do not match the recomputed set (missing {missing}, unexpected {extra})")
     for name, value in recomputed.items():
         claim = claimed[name]
-        if isinstance(claim, bool) or not isinstance(claim, (int, float)) or not math.isfinite(claim):
+        if not records.finite_number(claim):
             raise SubmissionError(f"{where}: {name} = {claim!r} is not a finite number")
         if abs(claim - value) > METRIC_TOLERANCE * (1 + abs(value)):
             raise SubmissionError(f"{where}: claims {name} = {claim:.10g} but the predictions give {value:.10g} "
@@ -334,7 +259,6 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     check_submitter(submitter, notes)
     result = read_result(folder)
     source = str(folder / records.RESULT)
-    check_method_name(result["method"], source)
     task = available_task(result["task"], cache)
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data or "
@@ -343,7 +267,6 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     if result["reference"]["sha256"] != reference.sha256 or result["reference"]["key"] != reference.key:
         raise SubmissionError(f"{source}: scored against reference sha256 {result['reference']['sha256'][:16]}..., "
                               f"but the registry's {task.name} reference is {reference.sha256[:16]}...")
-    check_budget_claim(result["budget"], result["epochs_used"], result["test_passes"], source)
     predictions = read_predictions(folder / records.PREDICTIONS, Expected.of(task, reference))
     scored = _scored(task, reference, predictions)
     check_claimed_metrics(result["metrics"], scored[OVERALL_BLOCK], f"{source} metrics")
@@ -360,7 +283,6 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         verification = re_execute(folder, cache, verify_method)
         if not verification.passed:
             raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
-    architecture_change = _architecture_change(result, source)
     return RunRow(
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
@@ -370,22 +292,8 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=scored, verified=verify, architecture_change=architecture_change,
+        submitted_at=_now(), metrics=scored, verified=verify, architecture_change=result.get("architecture_change"),
         label=result.get("label"))
-
-
-def _architecture_change(result: dict, source: str) -> str | None:
-    """The record's ``architecture_change`` (text or null); a built-in method that changes the network must say so."""
-    change = result.get("architecture_change")
-    if change is not None and (not isinstance(change, str) or not change or len(change) > MAX_ARCHITECTURE_CHANGE_CHARS
-                               or not change.isprintable()):
-        raise SubmissionError(f"{source}: architecture_change must be null or 1 to {MAX_ARCHITECTURE_CHANGE_CHARS} "
-                              "printable characters")
-    method = METHODS.get(result["method"])
-    if change is None and method is not None and method.architecture_change(method.Config()) is not None:
-        raise SubmissionError(f"{source}: {result['method']} changes the task's network, but the record does not say "
-                              "how (architecture_change); rerun it with this version of bdl-bench")
-    return change
 
 
 def _safe_member_name(name: str, archive: Path) -> str:

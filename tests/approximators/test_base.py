@@ -83,6 +83,16 @@ def test_predictive_draws_are_bounded_before_any_work(method):
     assert resolve_config(METHODS[method], "toy-gap", {"samples": str(MAX_DRAWS)}).samples == MAX_DRAWS
     with pytest.raises(ConfigError, match=f"samples must lie in \\[1, {MAX_DRAWS}\\]"):
         resolve_config(METHODS[method], "toy-gap", {"samples": str(10**9)})
+    with pytest.raises(ConfigError, match="samples must lie in"):
+        resolve_config(METHODS[method], "toy-gap", {"samples": str(MAX_DRAWS + 1)})
+
+
+def test_the_draws_cap_is_where_a_regression_predictive_stops_gaining_samples():
+    """A regression predictive keeps PREDICTIVE_SAMPLES samples per point, spread over the draws: beyond that many
+    draws a draw adds no sample, only a pass over the test set (the cap was 10^5: minutes to most of an hour)."""
+    from approximators.base import MAX_DRAWS
+
+    assert MAX_DRAWS == PREDICTIVE_SAMPLES
 
 
 SMALL_BUDGETS = {"sgd": 1, "de": 5, "ae": 100, "sae": 102, "swag": 5, "swag-diag": 5, "multiswag": 15, "sgld": 4,

@@ -16,7 +16,8 @@ from torch import nn
 from approximators import engine
 from approximators.csgmcmc import cyclical_schedule
 from approximators.engine import Objective
-from approximators.updates import SGHMC, SGLD
+from approximators.updates import FLOAT32_MAX, SGHMC, SGLD, Adam
+from bench.errors import TrainingDiverged
 from bench.budget import BudgetMeter, MeteredData
 from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import Categorical
@@ -104,3 +105,20 @@ def test_vectorised_chains_equal_chains_run_alone(make_rule):
     alone = torch.cat([train([c]) for c in (0, 1, 2)])
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(together[0], together[1])
+
+
+@pytest.mark.parametrize("rule", [
+    lambda lr: Adam([lr], beta1=0.9),
+    lambda lr: SGLD([lr], n_train=1000, generators=[torch.Generator().manual_seed(0)]),
+    lambda lr: SGHMC([lr], n_train=1000, generators=[torch.Generator().manual_seed(0)]),
+])
+def test_a_step_beyond_float32_is_training_diverged_not_an_overflow(rule):
+    """lr / (1 - beta1) or eps N_train beyond float32's range: torch cannot convert the step (exit 70 before); the
+    parameters it would make infinite mean the training diverged. A step within the range is taken."""
+    params = torch.zeros(1, 3)
+    update = rule(FLOAT32_MAX / 2)
+    with pytest.raises(TrainingDiverged, match="beyond float32's range"):
+        update.update(update.init(params.clone()), torch.ones(1, 3), 0)
+    update = rule(1e-3)
+    state = update.update(update.init(params.clone()), torch.ones(1, 3), 0)
+    assert torch.isfinite(state.params).all() and not torch.equal(state.params, params)

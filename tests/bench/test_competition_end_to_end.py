@@ -68,7 +68,11 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
 def _fake_run(folder, task, key, array, sha="0" * 64):
     folder.mkdir(parents=True)
     np.savez(folder / "predictions.npz", **{key: array})
-    (folder / "result.json").write_text(json.dumps({"task": task, "reference": {"key": key, "sha256": sha}}))
+    # every field a run record holds (export reads it as submit does); sgd at its defaults for the task
+    (folder / "result.json").write_text(json.dumps({
+        "task": task, "task_version": 1, "task_fingerprint": "f", "method": "sgd", "config": {}, "budget": 10.0,
+        "epochs_used": 10.0, "test_passes": 1.0, "seed": 0, "metrics": {}, "metrics_by_block": {}, "wall_seconds": 1.0,
+        "device": "cpu", "versions": {}, "reference": {"key": key, "sha256": sha}}))
     return folder
 
 

@@ -147,8 +147,9 @@ def test_a_record_with_more_threads_than_this_machine_s_cores_says_it_cannot_be_
 
 @pytest.mark.parametrize("edit, message", [
     ({"seed": 10**23}, "outside [0, 2^63)"), ({"seed": -3}, "outside [0, 2^63)"),
-    ({"budget": "abc"}, "budget of the wrong type"), ({"config": [1]}, "config of the wrong type"),
-    ({"method": 5}, "method of the wrong type"), ({"task_version": 1.5}, "task_version of the wrong type"),
+    ({"budget": "abc"}, "field 'budget' is missing or not a int/float"),
+    ({"config": [1]}, "field 'config' is missing or not a dict"),
+    ({"method": 5}, "field 'method' is missing or not a str"), ({"task_version": 1.5}, "field 'task_version' is missing"),
     ({"config": {"lr": "x"}}, "of the wrong type: lr"), ({"config": {"bogus": 1}}, "unknown bogus"),
     ({"config": {"lr": True}}, "of the wrong type: lr"), ({"config": {"lr": 0.01, "min_lr": 0.5}}, "must not exceed lr"),
 ])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from approximators import METHODS, resolve_config
 from bench import records
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, get_task
@@ -25,6 +27,21 @@ def blurred_predictions(task_name: str, amount: float, seed: int = 0) -> np.ndar
     return samples * (1 + amount) + amount + 0.01 * rng.standard_normal(samples.shape)
 
 
+PLUGIN_SOURCE = "tests.methods:Method"
+"""Where a record says a method that is not built in came from (``run`` records ``package.module:ClassName``)."""
+
+
+def method_fields(method: str, task: str, config: dict | None) -> dict:
+    """What a record says of ``method`` as ``run`` writes it: a built-in method's configuration (its defaults for
+    ``task`` unless ``config`` is given) and how it changes the network; another method's source and ``config``."""
+    built_in = METHODS.get(method)
+    if built_in is None:
+        return {"config": config if config is not None else {}, "method_source": PLUGIN_SOURCE}
+    defaults = resolve_config(built_in, task)
+    return {"config": config if config is not None else records.as_recorded(dataclasses.asdict(defaults)),
+            "architecture_change": built_in.architecture_change(defaults)}
+
+
 def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budget: float = 10.0,
               amount: float | None = None, config: dict | None = None, **fields) -> Path:
     """A run folder exactly as ``bench.runner.run`` writes it, with honestly computed metrics (``fields``: more
@@ -37,7 +54,7 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         "task": task.name, "task_version": task.version, "task_fingerprint": task.fingerprint(), "method": method,
         "budget": budget, "epochs_used": budget, "test_passes": 1.0, "seed": seed, "metrics": overall,
         "metrics_by_block": by_block, "noise_floor": reference.noise_floor, "wall_seconds": 1.5, "device": "cpu",
-        "config": config if config is not None else {"members": 5}, "versions": {"torch": "test"},
+        **method_fields(method, task.name, config), "versions": {"torch": "test"},
         "reference": {"sha256": reference.sha256, "key": reference.key}, "finished_at": "2025-01-01T00:00:00+00:00",
         **fields,
     }

@@ -120,7 +120,7 @@ def test_an_entry_that_changed_the_network_is_marked_in_every_format(tmp_path, d
 
 
 def test_a_built_in_method_that_changes_the_network_must_say_how(tmp_path, db_path, make_run, run_cli):
-    make_run(tmp_path / "runs", "digits", method="mc-dropout")
+    make_run(tmp_path / "runs", "digits", method="mc-dropout", architecture_change=None)
     code, _, err = run_cli("submit", str(tmp_path / "runs"), "--name", "a")
     assert code != 0 and "architecture_change" in err and len(err.strip().splitlines()) == 1
 
@@ -140,19 +140,27 @@ def markdown_cells(page: str) -> list[str]:
 
 @pytest.fixture
 def configurations(tmp_path, db_path, make_run, run_cli):
-    """On digits: de with its defaults, with fewer members, with another lr (labelled); sgd labelled; a plugin that
-    is not installed here, in two configurations. Returns the config hashes by name."""
-    runs = tmp_path / "runs"
+    """On digits: de with its defaults, with fewer members, with another lr (labelled), and as a release that named
+    members otherwise stored it; sgd labelled; a plugin that is not installed here, in two configurations. Returns
+    the config hashes by name."""
+    runs, notes = tmp_path / "runs", "first | try <b>\nsecond line"
     configs = {"defaults": DE_DIGITS, "members": {**DE_DIGITS, "members": 3}, "lr": {**DE_DIGITS, "lr": 0.01},
                "renamed": {**{k: v for k, v in DE_DIGITS.items() if k != "members"}, "ensemble_size": 3}}
     for index, (name, config) in enumerate(configs.items()):
         for seed in range(2):
-            make_run(runs / name, "digits", method="de", seed=seed, config=config, amount=0.1 + 0.05 * index,
+            make_run(tmp_path / name if name == "renamed" else runs / name, "digits", method="de", seed=seed,
+                     config=DE_DIGITS if name == "renamed" else config, amount=0.1 + 0.05 * index,
                      **({"label": "fast lr"} if name == "lr" else {}))
     make_run(runs / "sgd", "digits", method="sgd", config={"lr": 0.1}, label="tuned", amount=0.4)
     for depth in (3, 4):
         make_run(runs / f"plugin{depth}", "digits", method="my-plugin", config={"depth": depth}, amount=0.5)
-    assert run_cli("submit", str(runs), "--notes", "first | try <b>\nsecond line")[0] == 0
+    assert run_cli("submit", str(runs), "--notes", notes)[0] == 0
+    # submit refuses a setting de does not have: the renamed configuration is a row an older release stored
+    older = [dataclasses.replace(row, config=configs["renamed"], config_hash=submission.config_hash(configs["renamed"]))
+             for row in map(lambda folder: submission.score_run(folder, "older", notes),
+                            submission.run_folders([tmp_path / "renamed"]))]
+    with Store(db_path) as db:
+        db.insert(older)
     return {name: submission.config_hash(config)[:8] for name, config in
             {**configs, "depth3": {"depth": 3}, "depth4": {"depth": 4}}.items()}
 

@@ -113,7 +113,7 @@ def test_an_edited_record_claiming_a_huge_budget_is_refused_before_verify_trains
     monkeypatch.setattr(verify, "metered", no_training)
     for command in (("verify", record.parent), ("submit", record.parent, "--verify", "--db", tmp_path / "db.sqlite")):
         code, _, err = run_cli(*command)
-        assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 1,000,000 epochs", "--max-epochs 1000000")
+        assert_one_line(code, err, EXIT_BAD_INPUT, "would train 1,000,000 epochs", "--max-epochs 1000000")
         assert metered_budgets == [], "refused before a meter was set up to train"
     assert not (tmp_path / "db.sqlite").exists()
 
@@ -123,10 +123,10 @@ def test_a_baseline_claiming_a_huge_budget_is_refused_before_check_trains(tmp_pa
     baseline["configuration"]["budgets"]["de"] = 1e6
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
     code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--method", "de", "--task", "toy-gap")
-    assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 10,000,000 epochs")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "would train 10,000,000 epochs")
     code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--method", "sgd", "--task", "toy-gap",
                            "--max-epochs", "100")
-    assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 200 epochs", "--max-epochs 200")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "would train 200 epochs", "--max-epochs 200")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "abc"])

@@ -14,9 +14,13 @@ import hashlib
 import json
 import threading
 import time
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench import download as dl
 from bench.errors import EXIT_BAD_INPUT
@@ -400,3 +404,36 @@ def test_a_mirror_that_is_not_http_is_refused_unless_allowed(good, cache, tmp_pa
         code, _, err = fetch(run_cli, cache, base)
         assert code == 0, err
         assert_fetched(cache, official_files)
+
+
+@pytest.mark.parametrize("url, fragment", [
+    ("ftp://x\x1b[2J/", "is not a URL urllib can read (Invalid IPv6 URL)"),
+    ("http://[::1/", "is not a URL urllib can read"),
+    ("http://127.0.0.1:99999/", "Port out of range"),
+    ("http://host:port/", "is not a URL urllib can read"),
+    ("http:///data/", "names no host"),
+    ("http://127.0.0.1/a b/", "holds ' ', which a URL carries only percent-encoded"),
+    ("http://127.0.0.1/\u202e/", "holds '\\u202e'"),
+])
+@pytest.mark.parametrize("option", ["--data-url", "--reference-url"])
+def test_a_url_urllib_cannot_take_is_one_line_before_anything_is_written(cache, run_cli, url, fragment, option):
+    code, _, err = run_cli("fetch", "--task", "dermamnist", "--cache", cache, option, url)
+    assert_one_line(code, err, EXIT_BAD_INPUT, fragment)
+    assert "\x1b" not in err and "\u202e" not in err  # the URL is shown escaped
+    assert not cache.exists()
+
+
+@settings(max_examples=200, deadline=None)
+@given(url=st.one_of(st.text(max_size=30), st.builds("{}://{}/{}".format, st.sampled_from(["http", "https", "ftp", ""]),
+                                                     st.text(max_size=12), st.text(max_size=6))))
+def test_any_text_as_a_source_is_accepted_as_a_url_or_refused_in_one_line(url):
+    """Property: :func:`bench.download.check_source` accepts a URL that urllib can parse and send, or raises the one-line
+    FetchError; never urllib's own ValueError (exit 70)."""
+    try:
+        dl.check_source(url)
+    except dl.FetchError as error:
+        assert "\n" not in str(error)
+        return
+    parts = urllib.parse.urlsplit(url)
+    assert parts.scheme in ("http", "https") and parts.hostname and all(0x20 < ord(c) < 0x7F for c in url)
+    urllib.request.Request(url)

@@ -91,3 +91,43 @@ def test_a_user_setting_without_declared_bounds_must_still_be_finite():
     check_settings("mine", Undeclared())
     with pytest.raises(ConfigError, match=r"mine: strength must lie in \(-inf, inf\), got nan"):
         check_settings("mine", Undeclared(math.nan))
+
+
+def _float_settings(unbounded_above: bool = False) -> list[tuple[str, str]]:
+    return [(method, name) for method, cls in METHODS.items()
+            for name, interval in settings_bounds(cls.Config).items()
+            if isinstance(getattr(cls.Config(), name), float) and (not unbounded_above or interval.text.endswith("inf)"))]
+
+
+@pytest.mark.parametrize("method, name", _float_settings())
+@pytest.mark.parametrize("value", ["1e300", "3.5e38", "-1e39"])
+def test_a_float_setting_beyond_float32_is_refused_naming_it(method, name, value):
+    """A float setting must convert to the networks' float32: ``--set init_std=1e300`` was an overflow, exit 70."""
+    with pytest.raises(ConfigError, match=f"{method}: {name} (is .*, beyond what a run computes with|must lie in)"):
+        resolve_config(METHODS[method], "toy-gap", {name: value})
+
+
+def test_the_command_line_refuses_a_float_setting_beyond_float32(tmp_path, run_cli):
+    code, _, err = run_cli("--method", "mfvi", "--budget", "2", "--task", "toy-gap", "--out", tmp_path, "--quiet",
+                           "--set", "init_std=1e300")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "init_std is 1e+300, beyond what a run computes with", "float32")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("method, name", _float_settings(unbounded_above=True))
+def test_every_float_setting_at_its_largest_value_trains_or_is_one_line(tmp_path, method, name):
+    """At the largest value a float setting takes (and a setting it must not exceed raised with it), a run at the
+    method's check budget finishes or ends in a user's error (training diverged, a plan refused): the step sizes it
+    derives (lr / (1 - beta1^t), eps N_train) overflowed float32 as exit 70 before."""
+    from approximators.base import LARGEST_FLOAT_SETTING, settings_order
+    from bench.errors import BenchError
+    from bench.runner import RunSpec, run
+
+    cls = METHODS[method]
+    largest = repr(LARGEST_FLOAT_SETTING)
+    overrides = {name: largest, **{high: largest for low, high in settings_order(cls.Config) if low == name}}
+    try:
+        run(RunSpec(task="toy-gap", method=method, budget=cls.check_budget, out=tmp_path,
+                    overrides=tuple(overrides.items())))
+    except BenchError as error:
+        assert "\n" not in str(error)

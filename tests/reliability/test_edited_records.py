@@ -1,0 +1,220 @@
+"""A run record is a file anyone can edit: ``verify`` and ``submit`` read it through one validator
+(:func:`bench.records.checked_result`), so an edit one of them refuses the other refuses in the same line, and an
+edit either accepts holds nothing that a re-execution, a budget plan or the database would fail on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from approximators import METHOD_NAME, METHODS, resolve_config
+from approximators.base import recorded_config
+from bench import records
+from bench.budget import MAX_BUDGET_EPOCHS
+from bench.errors import EXIT_BAD_INPUT, BenchError
+from bench.verify import VerificationError, _recorded
+from leaderboard import submission
+from tests.leaderboard.conftest import write_run
+from tests.reliability.test_error_boundary import assert_one_line
+
+
+def genuine_record(out):
+    """A run folder of sgd on toy-gap whose record holds every field ``run`` writes (no training: its predictions
+    derive from the reference)."""
+    config = records.as_recorded(dataclasses.asdict(resolve_config(METHODS["sgd"], "toy-gap")))
+    return write_run(out, "toy-gap", method="sgd", budget=2.0, config=config, resolved=config, method_source=None,
+                     label=None, architecture_change=None, method_report={"epochs": 2},
+                     environment={"torch": "2", "cpu": "a CPU", "torch_threads": 1, "cpu_count": 2},
+                     command="python -m bench --method sgd --budget 2 --task toy-gap", git=None)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return genuine_record(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="module")
+def record(folder):
+    return json.loads((folder / records.RESULT).read_text())
+
+
+def edited(folder, record: dict, **changes) -> None:
+    (folder / records.RESULT).write_text(json.dumps({**record, **changes}))
+
+
+def outcome(call, folder):
+    """``("accepted", None)`` or ``("refused", line)`` for a reader of the run folder."""
+    try:
+        call(folder)
+    except (VerificationError, submission.SubmissionError, BenchError) as error:
+        return "refused", str(error)
+    return "accepted", None
+
+
+# Values an edit puts in a field: JSON of any shape, and the numbers and names that broke readers before.
+HOSTILE = st.sampled_from([
+    math.inf, -math.inf, math.nan, -0.0, 1e-300, 1e300, 10**30, 10**400, -1, 0, True, False, None, "", "2", [], {},
+    [1], {"a": 1}, "../../etc", "os:system", "x\x1b[2J\u202e",
+])
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                    max_leaves=8)
+FIELDS = ["task", "task_version", "task_fingerprint", "method", "method_source", "budget", "epochs_used",
+          "test_passes", "seed", "metrics", "metrics_by_block", "wall_seconds", "device", "config", "resolved",
+          "versions", "environment", "reference", "label", "finished_at", "architecture_change"]
+METHOD_NAMES = st.sampled_from(["../../../tmp/x", "..", "os:system", "nosuch", "de\x1b[31m", "a" * 101, "sgd", "mfvi",
+                                "hmc", "mc-dropout", "my-method"])
+METHOD_SOURCES = st.sampled_from([None, "os:system", "mine.methods:Mine", "../x:y", "a:b\x1b[2J", 5, ""])
+
+
+def _config_edits():
+    """A setting of sgd's config (or one it lacks) given any value: zero, a bool, a float for an int, 10^30, NaN."""
+    names = [f.name for f in dataclasses.fields(METHODS["sgd"].Config)] + ["evil", "1x"]
+    values = st.one_of(HOSTILE, st.integers(-10, 10**20), st.floats(), st.text(max_size=4))
+    return st.dictionaries(st.sampled_from(names), values, min_size=1, max_size=3)
+
+
+EDITS = st.one_of(
+    st.tuples(st.sampled_from(FIELDS), st.one_of(HOSTILE, JSON)).map(lambda kv: {kv[0]: kv[1]}),
+    st.tuples(METHOD_NAMES, METHOD_SOURCES).map(lambda m: {"method": m[0], "method_source": m[1]}),
+    _config_edits().map(lambda values: {"config_edit": values}),
+)
+
+
+def _apply(record: dict, edit: dict) -> dict:
+    if "config_edit" in edit:
+        return {**record, "config": {**record["config"], **edit["config_edit"]}}
+    return {**record, **edit}
+
+
+def _holds_nothing_that_fails_later(result: dict) -> None:
+    """What an accepted record promises the code that uses it."""
+    assert 0 < result["budget"] <= MAX_BUDGET_EPOCHS and math.isfinite(float(result["budget"]))
+    assert 0 < result["epochs_used"] <= result["budget"] and 0 <= result["seed"] < records.SEED_LIMIT
+    assert METHOD_NAME.fullmatch(result["method"])
+    json.dumps(result["config"], allow_nan=False)
+    environment = result.get("environment")
+    assert environment is None or all(isinstance(v, (str, int, type(None))) for v in environment.values())
+    if result["method"] in METHODS:
+        assert result.get("method_source") is None
+        recorded_config(METHODS[result["method"]], result["config"])  # the re-execution's config builds
+    else:
+        assert records.METHOD_SOURCE.fullmatch(result["method_source"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edit=EDITS)
+def test_verify_and_submit_refuse_exactly_the_same_edits_in_the_same_line(folder, record, edit):
+    (folder / records.RESULT).write_text(json.dumps(_apply(record, edit)))
+    by_verify, by_submit = outcome(_recorded, folder), outcome(submission.read_result, folder)
+    assert by_verify == by_submit
+    verdict, line = by_verify
+    if verdict == "refused":
+        assert "\n" not in line and line.startswith(str(folder)), line
+    else:
+        _holds_nothing_that_fails_later(records.checked_result(folder))
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    ({"method": "../../../tmp/x"}, "the method name must be"),
+    ({"method": "os:system"}, "the method name must be"),
+    ({"method": "nosuch"}, "'nosuch' is not a method of this installation"),
+    ({"method_source": "os:system"}, "sgd is a built-in method, whose runs record no method_source"),
+    ({"config_edit": {"batch_size": 0}}, "batch_size must lie in [1, inf)"),
+    ({"config_edit": {"batch_size": True}}, "of the wrong type: batch_size"),
+    ({"config_edit": {"batch_size": 16.5}}, "of the wrong type: batch_size"),
+    ({"config_edit": {"evil": 1}}, "unknown evil"),
+    ({"config_edit": {"batch_size": 10**30}}, "whole ones within 64 bits"),
+    ({"budget": math.inf}, "the budget must be a number of epochs in (0, 1e+06]"),
+    ({"budget": 10**400}, "the budget must be a number of epochs"),
+    ({"seed": 10**400}, "lies outside [0, 2^63)"),
+    ({"wall_seconds": 10**400}, "wall_seconds must be a finite number"),
+    ({"environment": [1]}, "field 'environment' must be null or a dict"),
+    ({"environment": {"torch_threads": "x\x1b[2J"}}, "environment must map"),
+    ({"resolved": {"lr": math.nan}}, "resolved must map setting names to numbers"),
+])
+def test_each_kind_of_edit_is_one_line_from_verify_and_submit_alike(tmp_path, run_cli, edit, fragment):
+    folder = genuine_record(tmp_path / "runs")
+    edited(folder, _apply(json.loads((folder / records.RESULT).read_text()), edit))
+    lines = []
+    for command in (("verify", folder), ("submit", folder, "--db", tmp_path / "board.sqlite", "--name", "m")):
+        code, _, err = run_cli(*command)
+        assert_one_line(code, err, EXIT_BAD_INPUT, str(folder / records.RESULT), fragment)
+        lines.append(err)
+    assert lines[0] == lines[1]
+    assert not (tmp_path / "board.sqlite").exists()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"budget": 1e400}', "the budget must be"),  # JSON's 1e400 reads as infinity
+    ('{"seed": ' + "9" * 5000 + "}", "it holds a number too long to read"),
+    ('{"budget": ' + "9" * 5000 + "}", "it holds a number too long to read"),
+    ('{"budget": Infinity}', "the budget must be"),
+])
+def test_numbers_json_cannot_hold_as_python_floats_are_one_line(tmp_path, run_cli, text, fragment):
+    folder = genuine_record(tmp_path / "runs")
+    record = (folder / records.RESULT).read_text()
+    key = text[2:text.index('"', 2)]
+    start = record.index(f'"{key}": ')
+    end = record.index("\n", start)
+    (folder / records.RESULT).write_text(record[:start] + text[1:-1] + ("," if record[end - 1] == "," else "")
+                                         + record[end:])
+    for command in (("verify", folder), ("submit", folder, "--db", tmp_path / "board.sqlite", "--name", "m")):
+        code, _, err = run_cli(*command)
+        assert_one_line(code, err, EXIT_BAD_INPUT, str(folder / records.RESULT), fragment)
+
+
+@pytest.mark.parametrize("command", ["verify", "submit", "export-submission"])
+def test_a_folder_where_the_record_should_be_is_named_by_its_path(tmp_path, run_cli, command):
+    """A folder opened for reading was reported by its file descriptor ("Is a directory: 3")."""
+    folder = genuine_record(tmp_path / "runs")
+    (folder / records.RESULT).unlink()
+    (folder / records.RESULT).mkdir()
+    extra = {"submit": ("--db", tmp_path / "board.sqlite", "--name", "m"), "export-submission": ("--out",
+                                                                                                tmp_path / "s.zip")}
+    code, _, err = run_cli(command, folder, *extra.get(command, ()))
+    assert_one_line(code, err, EXIT_BAD_INPUT, f"{folder / records.RESULT}: the run record is not a regular file but "
+                                               "a folder")
+
+
+def test_a_fifo_for_the_predictions_is_refused_by_verify_without_waiting(tmp_path, run_cli):
+    folder = genuine_record(tmp_path / "runs")
+    (folder / records.PREDICTIONS).unlink()
+    os.mkfifo(folder / records.PREDICTIONS)
+    code, _, err = run_cli("verify", folder)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "predictions file is not a regular file")
+
+
+def test_a_record_verify_accepts_is_planned_from_its_checked_budget(tmp_path, run_cli):
+    """The planned re-execution sums checked budgets: an infinite one was OverflowError (exit 70) in the plan."""
+    folders = [genuine_record(tmp_path / "a"), genuine_record(tmp_path / "b")]
+    edited(folders[1], json.loads((folders[1] / records.RESULT).read_text()), budget=math.inf)
+    code, _, err = run_cli("verify", *folders)
+    assert_one_line(code, err, EXIT_BAD_INPUT, str(folders[1] / records.RESULT), "the budget must be")
+
+
+def test_every_method_source_run_records_is_one_the_validator_takes(tmp_path):
+    """``run`` records a method of one's own as module:qualname, a class made in a function among them
+    (``f.<locals>.Mine``, the API's and the guide's way): submit must take the record run wrote."""
+    from approximators import method_source
+
+    def make():
+        class Mine:
+            name = "mine"
+        return Mine
+
+    class Module:
+        name = "mine2"
+
+    for cls in (make(), Module):
+        source = method_source(cls)
+        folder = genuine_record(tmp_path / cls.name)
+        edited(folder, json.loads((folder / records.RESULT).read_text()), method=cls.name, method_source=source,
+               config={})
+        assert records.checked_result(folder)["method_source"] == source
