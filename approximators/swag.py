@@ -23,9 +23,10 @@ Posterior, with K = min(rank, n) deviations and Sigma_diag = max(theta2_bar - th
     swag-diag:  N(theta_bar, scale Sigma_diag)
 
 sampled in O(K d) without a d x d matrix as theta_bar + sqrt(scale) (Sigma_diag^(1/2) z1 + D z2 / sqrt(K - 1)),
-z1 ~ N(0, I_d), z2 ~ N(0, I_K). ``scale = 1/2`` is the authors' for SWAG; their experiments sample SWAG-Diagonal
-with scale 1 (``experiments/uncertainty/README.md`` of wjmaddox/swa_gaussian), and **deviation**: ``swag-diag`` here
-uses 1/2 too, so its draws have 1/sqrt(2) of the authors' spread. ``samples`` draws per run at test
+z1 ~ N(0, I_d), z2 ~ N(0, I_K). ``scale`` is the authors' (wjmaddox/swa_gaussian, ``experiments/uncertainty/README.md``:
+"in the experiments we set it equal to 0.5 for SWAG and to 1. for SWAG-diagonal"): 1/2 for ``swag`` and ``multiswag``,
+1 for ``swag-diag`` (until 2026-12 it was 1/2 here too, a deviation: draws with 1/sqrt(2) of the authors' spread).
+``samples`` draws per run at test
 time, each one's predictive streamed into the model average. MultiSWAG trains ``runs`` (default 3)
 independent SWAG runs together, vectorised like ensemble members, and pools their samples. The
 method keeps only theta_bar, theta2_bar and D (and the SGD state while training).
@@ -234,9 +235,15 @@ class SWAG(Approximator):
         self._predictive = accumulator.result()
 
 
+@dataclass(frozen=True)
+class SWAGDiagonalConfig(SWAGConfig):
+    scale: float = 1.0  # the authors' for SWAG-Diagonal (the module docstring)
+
+
 class SWAGDiagonal(SWAG):
     name = "swag-diag"
     summary = "SWAG-Diagonal: Gaussian with the diagonal covariance of the SGD trajectory"
+    Config = SWAGDiagonalConfig
     low_rank = False
 
 

@@ -185,7 +185,7 @@ class SGHMC:
     """
 
     def __init__(self, schedule: Sequence[float], n_train: int, generators: list[torch.Generator],
-                 alpha: float = 0.1, noisy: Sequence[bool] | None = None):
+                 alpha: float, noisy: Sequence[bool] | None = None):
         self.schedule, self.n_train, self.generators = schedule, n_train, generators
         self.alpha, self.noisy = alpha, noisy
 

@@ -25,7 +25,9 @@ Tempering (optional, ``tempering`` > 0): tau rises linearly from ``tau_start`` t
 Budget rule: the initialisation minibatch costs B / N of an epoch; each minibatch of training goes through
 the network once per MC sample, so an epoch costs K epochs and the remaining budget trains
 E = floor((B_budget - B / N) / K) epochs (the rest is reported unspent). Prediction: the model average of
-``samples`` draws from q (10 by default, the setting the issue fixes), streamed into the average.
+``samples`` draws from q (10 by default, the setting the issue fixes), streamed into the average with equal
+weights; **deviation**: the authors' LeNet-5 configuration validates at q's mean (``lenet_vogn.json``:
+``val_num_mc_samples`` 0).
 
 Per-task defaults: beta1 = 0.9, one MC sample; beta2 = 0.001, the weight of the new curvature
 estimate in the update above. The authors' code (torchsso's ``ema_decay``, in this same convention) uses

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from approximators import get_method, resolve_config
 from approximators.csgmcmc import cyclical_schedule
 from bench.errors import BudgetExhausted, ConfigError
 
@@ -17,6 +18,12 @@ def test_cyclical_step_sizes_are_the_papers_cosine():
         assert proportions[k - 1] == pytest.approx(r)
         assert rates[k - 1] == pytest.approx(alpha0 / 2 * (math.cos(math.pi * r) + 1))
     assert rates[0] == alpha0 and rates[length] == alpha0  # every cycle restarts at alpha_0
+
+
+@pytest.mark.parametrize("task", ["toy-gap", "digits", "digits-cnn", "digits-lstm", "cifar10", "cifar10c"])
+def test_friction_is_the_authors_on_every_task(task):
+    """ruqizhang/csgmcmc, experiments/cifar_csghmc.py: ``--alpha`` 0.9 in ``buf <- (1 - alpha) buf - lr grad``."""
+    assert resolve_config(get_method("csgmcmc"), task).friction == 0.9
 
 
 @pytest.mark.parametrize("form", ["sghmc", "sgld"])

@@ -77,6 +77,13 @@ def test_first_phase_learning_rates_follow_the_authors_schedule():
     assert rates[9] == pytest.approx(0.02)  # t > 0.9
 
 
+@pytest.mark.parametrize("method, scale", [("swag", 0.5), ("swag-diag", 1.0), ("multiswag", 0.5)])
+@pytest.mark.parametrize("task", ["toy-gap", "digits-lstm", "cifar10"])
+def test_draws_are_scaled_as_the_authors_experiments_scale_them(method, scale, task):
+    """wjmaddox/swa_gaussian, experiments/uncertainty/README.md: scale 0.5 for SWAG, 1 for SWAG-Diagonal."""
+    assert resolve_config(get_method(method), task).scale == scale
+
+
 @pytest.mark.parametrize("setting, error", [
     ({"rank": "1"}, ConfigError), ({"lr": "-0.01"}, ConfigError), ({"lr": "nan"}, ConfigError),
     ({"scale": "0"}, ConfigError), ({"batch_size": "0"}, ConfigError), ({"runs": "0"}, ConfigError),

@@ -1,14 +1,6 @@
-"""Conjugate problems whose posteriors are known in closed form, built through the public API alone
-(:func:`bench.api.make_task`), and the Monte Carlo yardsticks the conformance tests measure methods with.
-
-Bayesian linear regression: the network is one linear layer (weights, then bias) with a Gaussian likelihood of known
-noise s and the prior N(0, v I), so the posterior is Gaussian in closed form: with Phi = [X, 1],
-
-    precision Lambda = Phi^T Phi / s^2 + I / v,     mean = Lambda^-1 Phi^T y / s^2.
-
-Its generalised Gauss-Newton is Phi^T Phi / s^2 at every theta, and the full-batch gradient of the negative log
-posterior is exactly Lambda (theta - mean), so every method's recursion is linear here. The prior variance is not 1,
-so that a method confusing v with its square root or its inverse is seen.
+"""Conjugate problems whose posteriors are known in closed form (:mod:`reference.conjugate`: Bayesian linear
+regression, built through the public API alone), and the Monte Carlo yardsticks the conformance tests measure
+methods with.
 """
 
 import math
@@ -16,32 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch import nn
 
-from bench.api import FixedNoiseGaussian, make_task
-
-D, NOISE, PRIOR_VARIANCE = 3, 0.5, 0.5
-WEIGHTS, BIAS = [1.0, -2.0, 0.5], 0.3
-
-
-def linear_gaussian(name: str, rows: int, residual: float, prior_variance: float = PRIOR_VARIANCE, scale: float = 1.0,
-                    model_factory=None) -> SimpleNamespace:
-    """``rows`` rows of y = scale (x^T w + b) + residual * N(0, 1), x ~ N(0, I_3), and 16 test rows, as a task with
-    the likelihood's noise s = NOISE whatever ``residual`` is (the posterior is the same closed form either way)."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, D, generator=g, dtype=torch.float64)
-    y = scale * (x @ torch.tensor(WEIGHTS, dtype=torch.float64) + BIAS) \
-        + residual * torch.randn(rows, generator=g, dtype=torch.float64)
-    x_test = torch.randn(16, D, generator=g, dtype=torch.float64)
-    factory = model_factory or (lambda: nn.Sequential(nn.Linear(D, 1)).double())
-    task = make_task(name, x, y, x_test, factory, FixedNoiseGaussian(NOISE), prior_variance)
-    phi = torch.cat([x, torch.ones(rows, 1, dtype=torch.float64)], dim=1)
-    precision = phi.T @ phi / NOISE**2 + torch.eye(D + 1, dtype=torch.float64) / prior_variance
-    mean = torch.linalg.solve(precision, phi.T @ y / NOISE**2)
-    covariance = torch.linalg.inv(precision)
-    return SimpleNamespace(task=task, x=x, y=y, x_test=x_test, phi=phi, n=rows, noise=NOISE,
-                           prior_variance=prior_variance, precision=precision, mean=mean, covariance=covariance,
-                           sd=torch.diagonal(covariance).sqrt())
+from reference.conjugate import NOISE, linear_gaussian
 
 
 @pytest.fixture(scope="session")

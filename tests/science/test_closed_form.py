@@ -12,17 +12,11 @@ import pytest
 import torch
 
 from bench.api import FixedNoiseGaussian, fit, make_task
+from reference.conjugate import anchored_map
 
 MAP_TRAINING = {"batch_size": 64, "lr": 0.05, "min_lr": 1e-4}
 """Adam at full batch from 0.05 down to 1e-4: what takes a member to its MAP point to a hundredth of a posterior
 standard deviation in 300 epochs (anchored members on every row: ``validation_fraction`` 0, no early stopping)."""
-
-
-def anchored_map(linear, anchors: torch.Tensor) -> torch.Tensor:
-    """Pearce et al.'s anchored MAP for each anchor ``(K, 4)``: the minimum of -log p(D | theta) + |theta - a|^2 / (2 v),
-    Lambda^-1 (Phi^T y / s^2 + a / v)."""
-    phi_y = linear.precision @ linear.mean  # Phi^T y / s^2
-    return torch.linalg.solve(linear.precision, (phi_y + anchors / linear.prior_variance).T).T
 
 
 @pytest.mark.parametrize("structure", ["last-layer-full", "last-layer-kron", "diagonal"])
