@@ -17,7 +17,7 @@ models' softmax outputs). ``form`` picks the sampler:
 with U~ the minibatch estimate of the full-data negative log posterior (N times the engine's
 per-example objective) and friction a = ``friction``, 0.9 as in the authors' code (ruqizhang/csgmcmc,
 ``experiments/cifar_csghmc.py``: ``--alpha`` 0.9, ``buf <- (1 - alpha) buf - lr grad``, i.e. friction 0.9 and
-momentum 0.1; until 2026-12 the default here was 0.1, a misreading of theirs as momentum 0.9).
+momentum 0.1; until 0.2.0 the default here was 0.1, a misreading of theirs as momentum 0.9).
 **Deviation**: temperature 1. The authors' scripts add ``sqrt(2 lr alpha T / N) xi`` to a step of ``lr`` on the
 *mean* loss, which is temperature T of the posterior exp(-N mean loss), and default to ``--temperature`` 1/50000 =
 1/N (``experiments/cifar_csghmc.py``, ``cifar_csgmcmc.py``): a posterior at temperature 2e-5, nearly noise-free.
@@ -87,7 +87,7 @@ class CyclicalConfig:
 
 
 CYCLICAL_DEFAULTS = {
-    # `python benchmarks/tune_trajectory.py csgmcmc` (held-out NLL, budget 100) at friction 0.9 (2026-12; at 0.1 they
+    # `python benchmarks/tune_trajectory.py csgmcmc` (held-out NLL, budget 100) at friction 0.9 (0.2.0; at 0.1 they
     # were 0.01, 0.03, 0.3, 0.1, 0.1): seeds 0-2 on the MLP tasks, seed 0 alone on digits-cnn and digits-lstm (a shared CPU).
     "toy-gap": dict(batch_size=16, lr=0.03),
     "diabetes-gap": dict(batch_size=32, lr=0.01),

@@ -25,7 +25,7 @@ Posterior, with K = min(rank, n) deviations and Sigma_diag = max(theta2_bar - th
 sampled in O(K d) without a d x d matrix as theta_bar + sqrt(scale) (Sigma_diag^(1/2) z1 + D z2 / sqrt(K - 1)),
 z1 ~ N(0, I_d), z2 ~ N(0, I_K). ``scale`` is the authors' (wjmaddox/swa_gaussian, ``experiments/uncertainty/README.md``:
 "in the experiments we set it equal to 0.5 for SWAG and to 1. for SWAG-diagonal"): 1/2 for ``swag`` and ``multiswag``,
-1 for ``swag-diag`` (until 2026-12 it was 1/2 here too, a deviation: draws with 1/sqrt(2) of the authors' spread).
+1 for ``swag-diag`` (until 0.2.0 it was 1/2 here too, a deviation: draws with 1/sqrt(2) of the authors' spread).
 ``samples`` draws per run at test
 time, each one's predictive streamed into the model average. MultiSWAG trains ``runs`` (default 3)
 independent SWAG runs together, vectorised like ensemble members, and pools their samples. The

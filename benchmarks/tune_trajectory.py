@@ -81,7 +81,7 @@ does not depend on how the network's units are ordered, so it compares runs in d
 settings that :func:`reaches` accepts are eligible."""
 REACH = 2.0
 """A setting reaches its own target if its q's geometric-mean variance is within this factor of the converged
-run's, either way (VOGN's defaults before 2026-12 stopped at 3-20% of it on Bayesian linear regression, MFVI's at
+run's, either way (VOGN's defaults before 0.2.0 stopped at 3-20% of it on Bayesian linear regression, MFVI's at
 0.2%)."""
 
 

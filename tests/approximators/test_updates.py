@@ -71,7 +71,7 @@ def test_cyclical_sghmc_samples_from_its_sampling_stages_recover_a_correlated_ga
 
     Friction 0.5: the exact covariance recursion of this linear system puts the end-of-cycle draws'
     excess variance at 0.006 (half a standard error); at the authors' 0.9 (csgmcmc's default) 0.002. With
-    friction 0.1 (csgmcmc's default until 2026-12, a misreading of the authors' code) it is 0.067 at this cycle
+    friction 0.1 (csgmcmc's default until 0.2.0, a misreading of the authors' code) it is 0.067 at this cycle
     length (0.026 at 6000 steps): the step size shrinks faster than the momentum relaxes, a real bias of short
     cycles with light friction, not Monte Carlo error."""
     cycles, length = 4, 1500
