@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from approximators import get_method
-from approximators.base import check_settings
+from approximators.base import check_settings, fits_setting_type
 from approximators.boundary import users_code
 from bench import metrics, records
 from bench.errors import BenchError, ConfigError
@@ -84,9 +84,7 @@ def _recorded_config(method, values: dict, folder: Path):
     (bounds, choices, order), or one line."""
     hints = typing.get_type_hints(method.Config)
     unknown = [key for key in values if key not in hints]
-    wrong = [key for key, value in values.items() if key in hints and not (
-        isinstance(value, hints[key]) and not (isinstance(value, bool) and hints[key] is not bool)
-        or (hints[key] is float and isinstance(value, int) and not isinstance(value, bool)))]
+    wrong = [key for key, value in values.items() if key in hints and not fits_setting_type(value, hints[key])]
     if unknown or wrong:
         raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ("
                           f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)})")

@@ -43,7 +43,7 @@ from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import BenchError, ConfigError, DamagedFile
 from bench.io import json_depth, open_regular_file, read_json, read_regular_file
 from bench.records import SEED_LIMIT
-from bench.runner import MAX_LABEL_CHARS, score
+from bench.runner import MAX_ARCHITECTURE_CHANGE_CHARS, MAX_LABEL_CHARS, score
 from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
 from bench.tasks.competition import SUBMISSION_FILES
 from leaderboard import reliability
@@ -72,7 +72,6 @@ _RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "metrics": (dict,), "metrics_by_block": (dict,), "wall_seconds": (int, float), "device": (str,),
     "config": (dict,), "versions": (dict,), "reference": (dict,),
 }
-MAX_ARCHITECTURE_CHANGE_CHARS = 1000
 MAX_RESULT_DEPTH = 16
 """Nesting of a run record: bdl-bench's own go three levels deep (metrics by block by metric)."""
 MAX_VERSIONS = 32
