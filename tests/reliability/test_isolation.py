@@ -74,20 +74,27 @@ def _failed(err: str, name: str, part: str, how: str) -> bool:
     return f"method {name!r}: its process {how} in its {part}, without a result" in err
 
 
-def test_a_run_that_ends_its_process_is_the_method_s_failure(tmp_path, run_cli, site):
-    """Case 5: os._exit(0) in fit ended the whole command with exit 0 and no word. (Run in this test's process:
-    without the isolation, it would end the test session.)"""
-    code, _, err = run_cli("--method", "uncatchable:ExitsHard", "--budget", "2", "--task", "toy-gap", "--out",
-                           tmp_path / "runs", "--quiet")
+def _command(*argv) -> tuple[int, str, str]:
+    """``python -m bench ARGV`` in a process of its own: a method that ends the process it runs in, were it not
+    isolated, would end this test session with exit 0 (nothing red) if run in the test's process."""
+    done = subprocess.run([sys.executable, "-m", "bench", *map(str, argv)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_run_that_ends_its_process_is_the_method_s_failure(tmp_path, site):
+    """Case 5: os._exit(0) in fit ended the whole command with exit 0 and no word."""
+    code, _, err = _command("--method", "uncatchable:ExitsHard", "--budget", "2", "--task", "toy-gap", "--out",
+                            tmp_path / "runs", "--quiet")
     assert_one_line(code, err, EXIT_METHOD)
     assert _failed(err, "exits-hard", "fit", "ended with exit code 0"), err
     assert not list((tmp_path / "runs").rglob(records.RESULT))
 
 
-def test_a_module_that_ends_its_process_at_import_is_the_method_s_failure(tmp_path, run_cli, site):
+def test_a_module_that_ends_its_process_at_import_is_the_method_s_failure(tmp_path, site):
     """Case 5: a plugin module calling os._exit(0) as it is imported is loaded in a process of its own first."""
-    code, _, err = run_cli("--method", "exits_hard_at_import:Anything", "--budget", "2", "--task", "toy-gap", "--out",
-                           tmp_path / "runs", "--quiet")
+    code, _, err = _command("--method", "exits_hard_at_import:Anything", "--budget", "2", "--task", "toy-gap",
+                            "--out", tmp_path / "runs", "--quiet")
     assert_one_line(code, err, EXIT_METHOD)
     assert _failed(err, "exits_hard_at_import:Anything", "import", "ended with exit code 0"), err
     assert not (tmp_path / "runs").exists()
