@@ -117,8 +117,10 @@ class Moments:
     count: int = 0
 
     @classmethod
-    def zeros(cls, runs: int, dim: int, rank: int, device: torch.device) -> "Moments":
-        zeros = lambda *shape: torch.zeros(*shape, device=device)  # noqa: E731
+    def zeros(cls, runs: int, dim: int, rank: int, device: torch.device,
+              dtype: torch.dtype = torch.float32) -> "Moments":
+        """No snapshot yet, in the network's ``dtype`` (a float64 network's moments and draws stay float64)."""
+        zeros = lambda *shape: torch.zeros(*shape, device=device, dtype=dtype)  # noqa: E731
         return cls(zeros(runs, dim), zeros(runs, dim), zeros(runs, rank, dim))
 
     def collect(self, params: torch.Tensor) -> None:
@@ -141,10 +143,10 @@ class Moments:
     def sample(self, generators: list[torch.Generator], scale: float, low_rank: bool) -> torch.Tensor:
         """One draw ``(R, D)`` from each run's Gaussian, run r's noise from generator r."""
         dim, k = self.mean.shape[1], self.rank
-        z1 = torch.stack([torch.randn(dim, generator=g) for g in generators]).to(self.mean.device)
+        z1 = torch.stack([torch.randn(dim, generator=g) for g in generators]).to(self.mean)
         draw = self.variance().sqrt() * z1
         if low_rank:
-            z2 = torch.stack([torch.randn(k, generator=g) for g in generators]).to(self.mean.device)
+            z2 = torch.stack([torch.randn(k, generator=g) for g in generators]).to(self.mean)
             draw += torch.einsum("rkd,rk->rd", self.deviations[:, :k], z2) / math.sqrt(k - 1)
         return self.mean + math.sqrt(scale) * draw
 
@@ -213,7 +215,7 @@ class SWAG(Approximator):
         rates = [rate for rate in epoch_rates(c, first, first) for _ in range(steps_in_epoch)]
         rates += cyclic_rates(c, period) * snapshots if c.cyclic else [c.swa_lr] * snapshots * period
         rates += [c.swa_lr] * (epochs * steps_in_epoch - len(rates))  # steps after the last snapshot
-        moments = Moments.zeros(c.runs, layout.size, c.rank, data.device)
+        moments = Moments.zeros(c.runs, layout.size, c.rank, data.device, members.params.dtype)
 
         def collect(state, step):
             if step >= start and (step + 1 - start) % period == 0 and moments.count < snapshots:

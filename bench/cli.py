@@ -35,7 +35,7 @@ sweeps over them, and several swept keys make every combination. With more than 
 writes under its own folder named by its swept values, as `run --out runs/lr=0.01 --set lr=0.01` would:
 
   python -m bench sweep --method sgd de --task toy-gap digits --budget 10 20 --seed 0 1 2 \\
-      --set lr=0.01 --set lr=0.02 --set batch_size=64 --workers 2
+      --set lr=0.01 lr=0.02 batch_size=64 --workers 2
   -> runs/lr=0.01/toy-gap/sgd/budget-10/seed-0/, ..., runs/lr=0.02/digits/de/budget-20/seed-2/
 
 Executors: one run after another in this process (default), --workers N processes on this machine, or
@@ -72,11 +72,23 @@ def _seed(text: str) -> int:
     return value
 
 
-def _add_threads(parser) -> None:
-    parser.add_argument("--threads", type=_positive_int, default=1,
-                        help="torch threads (default 1, whatever OMP_NUM_THREADS says: on small models more threads "
-                             "spin rather than help, many times slower on a busy machine); recorded in each result, "
-                             "and seeded runs reproduce exactly at equal --threads")
+def _add_list(parser, *flags: str, **kwargs) -> None:
+    """A list-valued option, with one grammar in every subcommand: several values after one flag (``--task a b``),
+    and a repeated flag adds its values to the earlier ones (``--task a --task b``)."""
+    parser.add_argument(*flags, nargs="+", action="extend", **kwargs)
+
+
+DEFAULT_THREADS = 1
+"""torch's threads in every command that trains, whatever OMP_NUM_THREADS says: on small models more threads spin
+rather than help, many times slower on a busy machine."""
+
+
+def _add_threads(parser, help: str = f"torch threads (default {DEFAULT_THREADS}, whatever OMP_NUM_THREADS says: on "
+                                     f"small models more threads spin rather than help, many times slower on a busy "
+                                     f"machine); recorded in each result, and seeded runs reproduce exactly at equal "
+                                     f"--threads",
+                 default: int | None = DEFAULT_THREADS) -> None:
+    parser.add_argument("--threads", type=_positive_int, default=default, help=help)
 
 
 def _epochs(text: str) -> float:
@@ -127,7 +139,7 @@ class _Once(argparse.Action):
         given = set(getattr(namespace, "_given_once", ()))
         if self.dest in given:
             parser.error(f"{option_string} given more than once; it takes one value"
-                         + ("" if self.dest != "seed" else " (repeat --seed only with `run`)"))
+                         + ("" if self.dest != "seed" else " (several seeds: `run` or `sweep`)"))
         namespace._given_once = given | {self.dest}
         setattr(namespace, self.dest, values)
 
@@ -139,30 +151,37 @@ class _OneLineParser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(2, f"error: {message} (see `python -m bench {self.prog.split()[-1]} --help`)\n"
-                  if self.prog.split()[-1] in SUBCOMMANDS else f"error: {message} (see `python -m bench --help`)\n")
+        # A subcommand's parser is named by its whole command line (`python -m bench reference generate`).
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="python -m bench", description=(
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand ``args`` chose, whose ``--help`` an error about its arguments points to."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return _innermost(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog=prog, description=(
         "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
         "Without a subcommand, `run` is assumed."))
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
-    parser.commands = sub.choices
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
     _add_threads(run)
     run.add_argument("--method", required=True, help="method name (see `methods`)")
     run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
-    run.add_argument("--task", action="extend", nargs="+",
-                     help="task names (--task a b, or repeated); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
+    _add_list(run, "--task", metavar="TASK",
+              help="task names (--task a b, or repeated); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
                           "(the others run when named; competition tasks need `fetch` first)")
-    run.add_argument("--seed", type=_seed, action="extend", nargs="+", dest="seeds",
-                     help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
+    _add_list(run, "--seed", type=_seed, dest="seeds", metavar="SEED",
+              help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
-    run.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
-                     metavar="KEY=VALUE", help="override a method setting (repeatable)")
+    _add_list(run, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
+              help="override method settings (--set lr=0.01 batch_size=64, or repeated; each setting once)")
     run.add_argument("--force", action="store_true", help="overwrite a finished run")
     run.add_argument("--label", help="a human name for this configuration, shown on the leaderboard instead of its "
                                      "configuration hash (1 to 100 printable characters)")
@@ -172,17 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run every combination of methods, tasks, budgets, seeds and setting "
                                          "values; run again, it resumes where it stopped",
                            description=SWEEP_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sweep.add_argument("--method", dest="methods", nargs="+", action="extend", required=True, metavar="METHOD",
-                       help="methods, as `run --method` takes them (several, or repeat the option)")
-    sweep.add_argument("--task", dest="tasks", nargs="+", action="extend", metavar="TASK",
-                       help="tasks (default: the embedded MLP tasks toy-gap, diabetes-gap, digits)")
-    sweep.add_argument("--budget", dest="budgets", nargs="+", action="extend", type=_budget, required=True,
-                       metavar="EPOCHS", help="budgets in training epochs")
-    sweep.add_argument("--seed", dest="seeds", nargs="+", action="extend", type=_seed, metavar="SEED",
-                       help="seeds in [0, 2^63) (default 0)")
-    sweep.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                       help="a setting of every method of the sweep; the same KEY with several values sweeps over "
-                            "them (variants, see above)")
+    _add_list(sweep, "--method", dest="methods", required=True, metavar="METHOD",
+              help="methods, as `run --method` takes them (several, or repeat the option)")
+    _add_list(sweep, "--task", dest="tasks", metavar="TASK",
+              help="tasks (default: the embedded MLP tasks toy-gap, diabetes-gap, digits)")
+    _add_list(sweep, "--budget", dest="budgets", type=_budget, required=True, metavar="EPOCHS",
+              help="budgets in training epochs")
+    _add_list(sweep, "--seed", dest="seeds", type=_seed, metavar="SEED",
+              help="seeds in [0, 2^63) (default 0)")
+    _add_list(sweep, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
+              help="settings of every method of the sweep; the same KEY with several values sweeps over them "
+                   "(variants, see above)")
     sweep.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
     sweep.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
                        help="where each run trains: cpu (default), cuda (on Ray: a GPU per run), or auto")
@@ -215,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = sub.add_parser("fetch", help="download a competition task's data and official reference (the only "
                                          "command that downloads)")
     which = fetch.add_mutually_exclusive_group(required=True)
-    which.add_argument("--task", action="append", help="competition task (repeatable)")
+    _add_list(which, "--task", metavar="TASK", help="competition tasks (--task a b, or repeated)")
     which.add_argument("--all", action="store_true", help="every competition task")
     _add_cache(fetch)
     fetch.add_argument("--keep-downloads", action="store_true",
@@ -234,12 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache(export)
     methods = sub.add_parser("methods", help="list methods and their settings")
     methods.add_argument("--task", help="show the settings a run on this task would use (each method's task defaults)")
-    methods.add_argument("--method", dest="methods", action="append",
-                         help="only this method (repeatable; a name, a plugin's name or package.module:ClassName)")
+    _add_list(methods, "--method", dest="methods", metavar="METHOD",
+              help="only these methods (--method a b, or repeated; a name, a plugin's name or "
+                   "package.module:ClassName)")
     _add_cache(methods)
 
     ref = sub.add_parser("reference", help="HMC reference posteriors")
-    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser)
+    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser,
+                                 metavar="{generate}")
     gen = ref_sub.add_parser("generate", help="run HMC for a task and write its reference")
     gen.add_argument("--task", required=True, help="the embedded task whose reference to sample")
     gen.add_argument("--out", type=Path, default=Path("references"),
@@ -257,8 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="replace a reference of the task already in the output folder (with --install: the shipped "
                           "one)")
     gen.add_argument("--workers", type=_positive_int, default=1,
-                     help="processes sampling chains at once, one thread each, for a reference sampled chain by "
+                     help="processes sampling chains at once, --threads each, for a reference sampled chain by "
                           "chain (default 1); the result does not depend on it")
+    _add_threads(gen, help=f"torch threads sampling in this process, or in each of --workers (default "
+                           f"{DEFAULT_THREADS}, whatever OMP_NUM_THREADS says; --workers x --threads at most the "
+                           f"usable cores); recorded in the reference's metadata")
     gen.add_argument("--quiet", action="store_true", help="no progress bars")
 
     db_help = "leaderboard database (default: $BDL_BENCH_DB, else the user's data folder)"
@@ -280,19 +304,25 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
                              "the leaderboard marks them verified")
+    _add_threads(submit, default=None, help=f"with --verify: torch threads of the re-executions (default "
+                                            f"{DEFAULT_THREADS}); a run reproduces bitwise only with the thread count "
+                                            f"it recorded, else it is compared as if from another machine")
     _add_cache(submit)
 
     verify = sub.add_parser("verify", help="re-execute finished runs under the meter and compare them with their "
                                            "records")
     verify.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder or a folder of run folders")
     _add_max_epochs(verify)
+    _add_threads(verify, help=f"torch threads of the re-executions (default {DEFAULT_THREADS}, whatever "
+                              f"OMP_NUM_THREADS says), named in each line; a run reproduces bitwise only with the "
+                              f"thread count it recorded, else it is compared as if from another machine")
     verify.add_argument("--method", help="the method to re-execute the runs with, for runs of a package.module:ClassName "
                                          "method (a run's record never chooses code to import)")
     _add_cache(verify)
 
     board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
-    board.add_argument("--task", help="only this task")
-    board.add_argument("--budget", type=_budget, help="only this budget")
+    _add_list(board, "--task", metavar="TASK", help="only these tasks (--task a b, or repeated)")
+    _add_list(board, "--budget", type=_budget, metavar="EPOCHS", help="only these budgets (--budget 10 100, or repeated)")
     board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md",
                        help="md (Markdown tables, default), html (a page with plots), csv or json (every stored value)")
     board.add_argument("--output", type=Path, help="write to this file instead of standard output")
@@ -307,22 +337,23 @@ def build_parser() -> argparse.ArgumentParser:
                             "family-wise false-alarm rate)")
     check.add_argument("--statistical", action="store_true",
                        help="compare means statistically even where the environment matches the baseline's")
-    check.add_argument("--methods", nargs="+", help="methods to check (default: every method in the baseline; "
-                                                     "with --update: the methods --budget and --set name, else every "
-                                                     "built-in method); a name, a plugin's name or "
-                                                     "package.module:ClassName")
-    check.add_argument("--task", action="extend", nargs="+", help="tasks (--task a b, or repeated; default: every task of the baseline, "
-                                                        "with --update the embedded MLP tasks; with --methods too, an "
-                                                        "update adds the tasks named for those methods)")
+    _add_list(check, "--method", "--methods", dest="methods", metavar="METHOD",
+              help="methods to check (--method a b, or repeated; --methods is the same option; default: every method "
+                   "in the baseline; with --update: the methods --budget and --set name, else every built-in "
+                   "method); a name, a plugin's name or package.module:ClassName")
+    _add_list(check, "--task", metavar="TASK",
+              help="tasks (--task a b, or repeated; default: every task of the baseline, with --update the embedded "
+                   "MLP tasks; with --method too, an update adds the tasks named for those methods)")
     check.add_argument("--update", action="store_true",
-                       help="measure the configuration and rewrite the baseline (with --methods or --task: extend "
+                       help="measure the configuration and rewrite the baseline (with --method or --task: extend "
                             "it, replacing only what was measured)")
     check.add_argument("--seeds", type=_positive_int, default=None, help="with --update: number of seeds (default 10)")
-    check.add_argument("--budget", action="append", metavar="[METHOD=]EPOCHS",
-                       help="with --update: the budget of every method, or of one (repeatable; default: each "
-                            "method's check_budget); stored in the baseline")
-    check.add_argument("--set", dest="settings", action="append", metavar="[METHOD.]KEY=VALUE",
-                       help="with --update: a setting of every method, or of one (repeatable); stored in the baseline")
+    _add_list(check, "--budget", metavar="[METHOD=]EPOCHS",
+              help="with --update: the budget of every method, or of one (--budget sgd=10 de=20, or repeated; "
+                   "default: each method's check_budget); stored in the baseline")
+    _add_list(check, "--set", dest="settings", metavar="[METHOD.]KEY=VALUE",
+              help="with --update: settings of every method, or of one (--set lr=0.01 de.members=3, or repeated; "
+                   "each setting once); stored in the baseline")
     return parser
 
 
@@ -644,6 +675,7 @@ def _cmd_methods(args) -> int:
 def _cmd_reference(args) -> int:
     from bench.records import check_writable
     from bench.runner import resolve_device
+    from bench.sweep import check_executor
     from bench.tasks import get_task
     from reference import store
     from reference.generate import claimed_checkpoints, compare, generate
@@ -655,6 +687,7 @@ def _cmd_reference(args) -> int:
                           f"from `fetch`)")
     task = get_task(args.task)
     device = str(resolve_device(args.device))
+    check_executor("local", args.workers, args.threads, None)
     folder = store.PACKAGE_DATA if args.install else args.out
     if (folder / f"{task.name}.npz").exists() and not args.force:
         raise BenchError(f"{folder / (task.name + '.npz')} already holds a reference of {task.name}; pass --force to "
@@ -665,7 +698,7 @@ def _cmd_reference(args) -> int:
         with claimed_checkpoints(args.checkpoints / task.name, restart=args.restart):
             generated = generate(task, REFERENCE_SETTINGS[task.name], device=device,
                                  progress=None if not args.quiet else False, checkpoints=args.checkpoints,
-                                 workers=args.workers)
+                                 workers=args.workers, threads=args.threads)
             meta = generated.metadata
             rhat = meta["diagnostics"]["max_split_rhat"]
             print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
@@ -754,11 +787,12 @@ def _cmd_leaderboard(args) -> int:
     from leaderboard.store import Store, default_db_path
     from bench.io import atomic_write_bytes
 
+    tasks, budgets = dict.fromkeys(args.task or [None]), dict.fromkeys(args.budget or [None])
     with Store(args.db or default_db_path(), read_only=True) as store:  # never writes, never waits long
-        rows = store.runs(task=args.task, budget=args.budget)
+        rows = [row for task in tasks for budget in budgets for row in store.runs(task=task, budget=budget)]
     if not rows:
-        chosen = " ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                          for k, v in (("task", args.task), ("budget", args.budget)) if v is not None)
+        chosen = " ".join(f"{name} {', '.join(f'{v:g}' if isinstance(v, float) else v for v in values)}"
+                          for name, values in (("task", tasks), ("budget", budgets)) if None not in values)
         raise BenchError(f"no runs on the leaderboard{' for ' + chosen if chosen else ''}")
     text = render(rows, args.format)
     if args.output:
@@ -874,17 +908,19 @@ def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.
     """Parses ``argv`` (into ``parsed``, which says the command to an interrupt's line) and runs its command."""
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
-    parser = build_parser()
+    parser = build_parser(_program())
     args, unknown = parser.parse_known_args(argv, namespace=parsed)
     if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
-        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = command_line  # stored in every result record: how the run was asked for
     args.debug = debug  # with --debug a method that is not bdl-bench's runs in this process, for its traceback
     if args.command is None:
-        build_parser().print_help()
+        parser.print_help()
         return 2
-    if args.command in ("run", "check"):  # the commands that train in this process (sweep sets each run's own)
-        _set_threads(args.threads)
+    if args.command == "submit" and args.threads is not None and not args.verify:
+        raise BenchError("--threads sets the threads --verify re-executes the runs with; add --verify")
+    if args.command in ("run", "check", "verify", "submit"):  # they train in this process (sweep sets each run's own)
+        _set_threads(args.threads or DEFAULT_THREADS)
     handler = {"run": _cmd_run, "tasks": _cmd_tasks, "methods": _cmd_methods, "fetch": _cmd_fetch,
                "export-submission": _cmd_export, "reference": _cmd_reference,
                "submit": _cmd_submit, "leaderboard": _cmd_leaderboard, "check": _cmd_check,

@@ -21,7 +21,9 @@ def seeded_module(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
     """Builds a module with PyTorch's default initialisation drawn from ``seed``, leaving the global
     RNG untouched (so a member's initial weights depend on its own seed alone)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        # The CPU generator alone: torch.manual_seed would also reseed every CUDA generator, which fork_rng(devices=[])
+        # does not restore, and costs more per member.
+        torch.default_generator.manual_seed(seed)
         return factory()
 
 
@@ -84,20 +86,18 @@ class StackedModel:
         """
         if self.mlp_layers is not None:
             return _batched_mlp(self.mlp_layers, params, x)
+        if next(iter(params.values())).shape[0] == 1:
+            # One parameter set (a one-member run, an HMC chain sampled alone) is called directly, without vmap:
+            # under vmap its convolutions and dense layers become batched ones of a single set of weights, which
+            # on a CPU take slower kernels (a full-batch CNN-LSTM gradient 9.7 -> 6.5 ms in float32, compiled;
+            # benchmarks/hmc_speed.py). The same function, other round-off.
+            single = {name: p[0] for name, p in params.items()}
+            return self._single(single, x if shared_input else x[0]).unsqueeze(0)
         return vmap(self._single, in_dims=(0, None if shared_input else 0))(params, x)
 
     def flat(self, flat_params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Outputs ``(K, N, n_outputs)`` for flat parameters ``(K, D)`` on shared inputs ``(N, ...)``.
-
-        One parameter set (``K = 1``: an HMC chain sampled alone) of a network without the MLP fast path is
-        evaluated by a direct ``functional_call``, without ``vmap``: under ``vmap`` its dense layers become batched
-        matmuls of one matrix, which on a CPU take a slower kernel than a plain matmul (a full-batch gradient of
-        the digits CNN-LSTM 9.7 -> 6.5 ms in float32, compiled; ``benchmarks/hmc_speed.py``). The same function,
-        other round-off."""
-        params = self.layout.unflatten(flat_params)
-        if flat_params.shape[0] == 1 and self.mlp_layers is None:
-            return self._single({name: p[0] for name, p in params.items()}, x).unsqueeze(0)
-        return self(params, x, shared_input=True)
+        """Outputs ``(K, N, n_outputs)`` for flat parameters ``(K, D)`` on shared inputs ``(N, ...)``."""
+        return self(self.layout.unflatten(flat_params), x, shared_input=True)
 
 
 def _mlp_layers(module: nn.Module) -> list[tuple[str, str]] | None:

@@ -73,17 +73,53 @@ def score(task: Task, predictions: np.ndarray, reference: Reference) -> tuple[di
     return on(slice(None)), blocks
 
 
-def environment() -> dict:
-    """Everything that can change a deterministic run's round-off: versions, platform, CPU and threads."""
-    cpu = platform.processor()
+CPU_ID_FIELDS = ("vendor_id", "cpu family", "model", "CPU implementer", "CPU architecture", "CPU variant", "CPU part")
+"""The /proc/cpuinfo fields that name a CPU's generation (x86: vendor, family, model; Arm: implementer, architecture,
+variant, part): a virtual machine's model name may say no more than "AMD EPYC" for CPUs of different generations."""
+
+
+def _cpu() -> tuple[str, str]:
+    """(model name, identity from :data:`CPU_ID_FIELDS`) of this machine's first CPU; the processor's name and ""
+    where there is no /proc/cpuinfo."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return (fields.get("model name", platform.processor()),
+            " ".join(f"{key} {fields[key]}" for key in CPU_ID_FIELDS if key in fields))
+
+
+def environment() -> dict:
+    """Where a run ran: versions, platform, CPU and threads (:data:`NUMERICS` names those that change its round-off)."""
+    cpu, cpu_id = _cpu()
     return {"bdl-bench": bench.__version__, "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
+            "python": platform.python_version(), "libc": " ".join(platform.libc_ver()).strip(),
+            "platform": platform.platform(), "cpu": cpu, "cpu_id": cpu_id,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count()}
+
+
+NUMERICS = ("torch", "numpy", "python", "libc", "cpu", "cpu_id", "cpu_capability", "torch_threads", "device")
+"""What a seeded run's round-off depends on, so where two runs of one configuration agree bitwise: the libraries'
+versions (libc: the maths functions), the CPU (its name and generation) and the kernels torch chose for it
+(``cpu_capability``: AVX2, AVX512), torch's threads (they decide how work is split, whatever the cores they run on)
+and the device. Not the operating system's kernel build (``platform``), the number of cores, or bdl-bench's own
+version (what it computes is what the gate and the pinned predictions compare). The gate's exact mode, ``verify``'s
+bitwise mode and the pinned-prediction tests key on it."""
+
+
+def numerics_changes(recorded: dict, now: dict) -> dict[str, tuple]:
+    """The :data:`NUMERICS` fields in which ``recorded`` and ``now`` differ, ``{field: (recorded, now)}``: each an
+    :func:`environment` with the device of its run under ``"device"`` (``"cpu"``, or a GPU's name). A field the
+    record lacks differs (None): a record that cannot say where it ran is not known to be bitwise comparable."""
+    return {field: (recorded.get(field), now.get(field)) for field in NUMERICS
+            if recorded.get(field) != now.get(field)}
 
 
 GIT_TIMEOUT_SECONDS = 5.0

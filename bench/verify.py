@@ -5,9 +5,12 @@ seed from ``result.json``, trains the method again under a fresh meter, and comp
 
 - ``epochs_used`` and ``test_passes``: always exactly (the budget the run claims is the one it used);
 - ``resolved``, the settings the run says it used (automatic ones resolved), where the record has it: exactly;
-- the predictions, when the run's recorded environment (versions, platform, CPU, threads; the re-execution uses
-  the run's thread count where this machine has the cores) is this
-  machine's: **bitwise**, since training is deterministic there;
+- the predictions, when what decides the run's round-off (:data:`bench.runner.NUMERICS`: library versions, CPU,
+  torch threads, device) and its bdl-bench version are the re-execution's: **bitwise**, since training is
+  deterministic there. The re-execution runs on the CPU with this process's torch threads (``verify --threads``,
+  default 1, as ``run``'s), not the record's: a run made with other threads is compared as below, and the line
+  says which ``--threads`` would compare it bitwise (none where the run used more threads than this machine's
+  cores, as bdl-bench runs at most one thread per core);
 - otherwise the re-execution behaves like another seed, so the recorded predictive must be as close
   to the re-execution as seed-to-seed variation allows: its distance to the re-execution (mean total
   variation for classification, mean W1 for regression) at most ``CROSS_ENVIRONMENT_FACTOR`` times the
@@ -20,8 +23,6 @@ marks verified runs.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,8 @@ from approximators.base import check_settings, fits_setting_type
 from approximators.boundary import users_code
 from bench import metrics, records
 from bench.errors import BenchError, ConfigError
-from bench.runner import environment, fit_and_predict, metered, planned, resolved_config
+from bench.executors import usable_cores
+from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
 from bench.tasks import get_task
 
 CROSS_ENVIRONMENT_FACTOR = 2.0
@@ -49,12 +51,15 @@ class VerificationError(BenchError):
 class Verification:
     folder: Path
     mode: str
-    """``bitwise`` (the run's environment is this machine's) or ``cross-environment``."""
+    """``bitwise`` (what decides the run's round-off is the re-execution's) or ``cross-environment``."""
     passed: bool
     detail: str
+    threads: int
+    """torch's threads in the re-execution."""
 
     def line(self) -> str:
-        return f"{self.folder}: {'verified' if self.passed else 'NOT VERIFIED'} ({self.mode}): {self.detail}"
+        return (f"{self.folder}: {'verified' if self.passed else 'NOT VERIFIED'} ({self.mode}, {self.threads} torch "
+                f"thread{'s' if self.threads != 1 else ''}): {self.detail}")
 
 
 def _recorded(folder: Path) -> tuple[dict, np.ndarray]:
@@ -116,31 +121,39 @@ def _method_of(result: dict, folder: Path, method: str | None):
                                 f"import; if you trust that code, pass --method {source}") from None
 
 
-@contextlib.contextmanager
-def _threads_of(result: dict):
-    """Re-executes with the run's own number of torch threads where this machine has that many cores: the thread
-    count changes round-off, so a run made with one thread (a sweep's) is reproducible bitwise only with one."""
-    recorded = (result.get("environment") or {}).get("torch_threads")
-    before = torch.get_num_threads()
-    usable = isinstance(recorded, int) and not isinstance(recorded, bool) and 1 <= recorded <= (os.cpu_count() or 1)
-    if usable:
-        torch.set_num_threads(recorded)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def _changes(result: dict) -> dict[str, tuple] | None:
+    """What differs between the run's record and this re-execution (on the CPU, with this process's threads) among
+    what decides round-off and bdl-bench's version, ``{field: (recorded, now)}``; None if the record does not say
+    where it ran."""
+    recorded = result.get("environment")
+    if not isinstance(recorded, dict):
+        return None
+    now = environment()
+    changes = numerics_changes({**recorded, "device": result.get("device")}, {**now, "device": "cpu"})
+    if recorded.get("bdl-bench") != now["bdl-bench"]:  # other code may compute otherwise
+        changes["bdl-bench"] = (recorded.get("bdl-bench"), now["bdl-bench"])
+    return changes
+
+
+def _not_bitwise(changes: dict[str, tuple] | None) -> str:
+    """Why a re-execution here is not compared bitwise, and the ``--threads`` that would be where only threads differ."""
+    if changes is None:
+        return "the record does not say where the run ran"
+    why = "recorded with other numerics: " + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
+    threads, _ = changes.get("torch_threads", (None, None))
+    if set(changes) == {"torch_threads"} and isinstance(threads, int) and not isinstance(threads, bool):
+        cores = usable_cores()
+        why += (f" (`--threads {threads}` compares it bitwise)" if 1 <= threads <= cores else
+                f" (more threads than the {cores} usable core(s) here: not bitwise on this machine)")
+    return why
 
 
 def verify(folder: Path, cache: Path | None = None, method: str | None = None) -> Verification:
-    """Re-executes the run in ``folder`` on the CPU and compares it with its record (``method``: the method to
-    re-execute it with, as ``--method`` takes it; needed for a method loaded as ``package.module:ClassName``)."""
+    """Re-executes the run in ``folder`` on the CPU, with this process's torch threads, and compares it with its
+    record (``method``: the method to re-execute it with, as ``--method`` takes it; needed for a method loaded as
+    ``package.module:ClassName``)."""
     folder = Path(folder)
     result, recorded = _recorded(folder)
-    with _threads_of(result):
-        return _verify(folder, cache, method, result, recorded)
-
-
-def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, recorded: np.ndarray) -> Verification:
     task = get_task(result["task"], cache)
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
@@ -164,16 +177,19 @@ def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, 
     if "resolved" in result and result["resolved"] != records.as_recorded(resolved):
         budget_problems.append(
             f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
+    threads = torch.get_num_threads()
+    changes = _changes(result)
     if predictions.shape != recorded.shape:
-        return Verification(folder, "bitwise", False, f"recorded predictions have shape {recorded.shape}, the "
-                                                      f"re-execution {predictions.shape}")
-    if result.get("environment") == environment():
+        return Verification(folder, "bitwise" if changes == {} else "cross-environment", False,
+                            f"recorded predictions have shape {recorded.shape}, the re-execution {predictions.shape}",
+                            threads)
+    if changes == {}:
         differing = int(np.sum(predictions != recorded))
         detail = ("predictions bitwise equal" if not differing else
                   f"{differing} of {recorded.size} prediction values differ (largest by "
                   f"{np.max(np.abs(predictions - recorded)):.3g})")
         return Verification(folder, "bitwise", not differing and not budget_problems,
-                            "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}")
+                            "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}", threads)
     other, _, _, _ = rerun(seed + 1)
     to_record = _distance(task.kind, recorded, predictions)
     seed_to_seed = _distance(task.kind, other, predictions)
@@ -182,5 +198,6 @@ def _verify(folder: Path, cache: Path | None, method: str | None, result: dict, 
     detail = (f"{name}(recorded, re-executed) = {to_record:.4g}, {name} between re-executions with seeds {seed} and "
               f"{seed + 1} = {seed_to_seed:.4g} (allowed: x{CROSS_ENVIRONMENT_FACTOR:g})")
     return Verification(folder, "cross-environment", passed,
-                        "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}")
+                        "; ".join([detail, *budget_problems, _not_bitwise(changes)]) + f"; epochs used {epochs_used:g}",
+                        threads)
 

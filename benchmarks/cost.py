@@ -136,7 +136,7 @@ def main() -> None:
         if args.no_hmc:
             continue
         one, many = hmc_gradients_per_second(task, 1), hmc_gradients_per_second(task, 8)
-        hmc_rows.append({"task": name, "grad evals/s, 1 chain": one, "grad evals/s per chain, 8 chains": many,
+        hmc_rows.append({"task": name, "grad evals/s, 1 chain": one, "grad evals/s, 8 chains together": many,
                          "speed-up": round(many / one, 2)})
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; "
           f"one charged epoch of each method / one plain SGD epoch ({args.epochs} epochs charged)")

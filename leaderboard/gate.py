@@ -15,8 +15,9 @@ plain ``check --baseline FILE`` reruns exactly that configuration.
 
 1. **Budget, always exactly.** Every seed's ``epochs_used`` and ``test_passes`` must equal the
    baseline's: a meter that charges half of each batch changes no metric but fails here.
-2. **Exact mode**, when the environment is the baseline's: runs on one machine with the same
-   versions are deterministic, so every seed's every metric must reproduce within float round-off
+2. **Exact mode**, when what decides round-off is the baseline's (:data:`bench.runner.NUMERICS`: library
+   versions, CPU, torch threads, device; not the kernel build or the core count): such runs are
+   deterministic, so every seed's every metric must reproduce within float round-off
    (``EXACT_TOLERANCE`` x max(1, |value|)); the first value that moved is reported. Any change to what
    a method computes, in either direction, fails: accept a deliberate one with ``--update``.
 3. **Statistical mode**, otherwise (or with ``--statistical``): another machine or library version
@@ -58,7 +59,7 @@ from approximators import METHODS, get_method, resolve_config
 from bench.budget import DEFAULT_MAX_EPOCHS, check_budget_size, check_planned_epochs
 from bench.errors import BenchError
 from bench.records import SEED_LIMIT
-from bench.runner import RunSpec, environment, run
+from bench.runner import RunSpec, environment, numerics_changes, run
 from bench.tasks import DEFAULT_TASKS, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
 from leaderboard.store import OVERALL_BLOCK
@@ -196,7 +197,7 @@ def _loaded(specs: list[str]) -> dict[str, tuple[str, type]]:
     for spec in specs:
         method = get_method(spec)
         if method.name in loaded:
-            raise BenchError(f"--methods names {method.name!r} twice ({loaded[method.name][0]} and {spec})")
+            raise BenchError(f"--method names {method.name!r} twice ({loaded[method.name][0]} and {spec})")
         loaded[method.name] = (spec, method)
     return loaded
 
@@ -208,7 +209,7 @@ def _budget_of(method: type, given: float | None) -> float:
 
 
 def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
-    """``values`` of ``option`` keyed by method names (each given by name or as --methods named it); the value
+    """``values`` of ``option`` keyed by method names (each given by name or as --method named it); the value
     for every method is left out."""
     by_name: dict = {}
     for key, value in values.items():
@@ -216,7 +217,7 @@ def _by_name(option: str, values: dict, aliases: dict[str, str]) -> dict:
             continue
         if key not in aliases:
             raise BenchError(f"{option} names {key}, which this update does not measure "
-                             f"({', '.join(dict.fromkeys(aliases.values()))}); add it to --methods")
+                             f"({', '.join(dict.fromkeys(aliases.values()))}); add it to --method")
         if aliases[key] in by_name:
             raise BenchError(f"{option} given twice for {aliases[key]}")
         by_name[aliases[key]] = value
@@ -281,7 +282,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     measured = measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources)
     runs, results = summarise(measured)
     command = shlex.join([
-        "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--methods", *specs,
+        "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--method", *specs,
         *[part for task in tasks for part in ("--task", task)], "--seeds", str(n_seeds),
         *[part for method, epochs in budgets.items() for part in ("--budget", _qualified(method, "=", f"{epochs:g}"))],
         *[part for method, values in settings.items() for key, value in values.items()
@@ -310,7 +311,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
             wall_seconds += earlier["wall_seconds"]
             kept = [(c, None) for c in earlier_commands]
         else:
-            kept = [(c, s) for c, s in zip(earlier_commands, earlier_seconds) if c != command]
+            kept = [(c, s) for c, s in zip(earlier_commands, earlier_seconds) if _spelt_now(c) != command]
             wall_seconds += sum(s for _, s in kept)
         commands = [*(c for c, _ in kept), command]
         command_seconds = None if earlier_seconds is None else [*(s for _, s in kept), round(seconds, 1)]
@@ -322,7 +323,8 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
                           "settings": settings_of, "sources": sources, "device": "cpu",
                           "method_settings": "each method's defaults for the task, then its settings"},
         "std_ddof": STD_DDOF,
-        "rule": "budget fields always exact; exact per-seed metrics in the baseline's environment; otherwise "
+        "rule": "budget fields always exact; exact per-seed metrics where the baseline's numerics match (versions, CPU, "
+                "threads, device); otherwise "
                 "|z| (fidelity metrics) or z (others, worse) above the Bonferroni-t tolerance, z in standard errors "
                 "of the difference of means",
         "environment": environment(),
@@ -333,6 +335,12 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     }
     atomic_write_bytes(Path(path), json_bytes(baseline))
     return baseline
+
+
+def _spelt_now(command: str) -> str:
+    """A stored update command as :func:`update` writes it now: ``--methods``, the option's earlier name, is
+    ``--method`` (the same command measures the same configuration whichever name it used)."""
+    return shlex.join("--method" if part == "--methods" else part for part in shlex.split(command))
 
 
 def _qualified(method: str, separator: str, value: str) -> str:
@@ -359,12 +367,12 @@ def _check_kept_tasks(path: Path, earlier: dict, tasks: list[str], budgets: dict
 def _extendable(path: Path, n_seeds: int) -> dict:
     """The existing baseline at ``path`` if a partial update may extend it, else a one-line error."""
     earlier = load_baseline(path)
-    whole = f"rewrite it whole with `python -m bench check --update --baseline {path}` (no --methods or --task)"
+    whole = f"rewrite it whole with `python -m bench check --update --baseline {path}` (no --method or --task)"
     if len(earlier["configuration"]["seeds"]) != n_seeds:
         raise BenchError(f"{path} was measured with {len(earlier['configuration']['seeds'])} seeds, this update "
                          f"with {n_seeds}: one baseline cannot mix them; pass --seeds "
                          f"{len(earlier['configuration']['seeds'])} or {whole}")
-    changed = sorted(k for k, v in earlier["environment"].items() if environment().get(k) != v)
+    changed = sorted(_numerics_changes(earlier))
     if changed:
         raise BenchError(f"{path} was measured in another environment ({', '.join(changed)} differ): extending it "
                          f"would mix environments and break its exact check; {whole}")
@@ -505,13 +513,14 @@ class Report:
     def text(self) -> str:
         lines = []
         if self.environment_changes:
-            lines.append("environment differs from the baseline's: " + "; ".join(
+            lines.append("what decides round-off differs from the baseline's: " + "; ".join(
                 f"{k} {old} -> {new}" for k, (old, new) in self.environment_changes.items()))
         if self.budget_mismatches:
             lines.append("BUDGET: epochs used or test passes differ from the baseline (compared exactly)")
             lines.append(tabulate([m.row() for m in self.budget_mismatches], headers="keys"))
         if self.mode == "exact":
-            lines.append(f"exact comparison (the baseline's environment): every seed's metrics must reproduce "
+            lines.append(f"exact comparison (the baseline's versions, CPU, threads and device): every seed's metrics "
+                         f"must reproduce "
                          f"within {EXACT_TOLERANCE:g} x max(1, |value|)")
             if self.moves:
                 first = self.moves[0]
@@ -590,8 +599,7 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
 def compare(baseline: dict, measured: dict, tolerance: float | None = None, statistical: bool = False) -> Report:
     """Compares ``measured`` (as :func:`measure` returns it, for the baseline's seeds) with ``baseline``."""
     seeds = baseline["configuration"]["seeds"]
-    now_env = environment()
-    changes = {k: (v, now_env.get(k)) for k, v in baseline["environment"].items() if now_env.get(k) != v}
+    changes = _numerics_changes(baseline)
     mode = "statistical" if statistical or changes else "exact"
     mismatches, moves, findings, n_compared = [], [], [], 0
     for method, by_task in measured.items():
@@ -618,6 +626,13 @@ def compare(baseline: dict, measured: dict, tolerance: float | None = None, stat
     if tolerance is None:
         tolerance = statistical_tolerance(len(seeds), n_compared)
     return Report(mode, tolerance, mismatches, moves, findings, changes, n_compared)
+
+
+def _numerics_changes(baseline: dict) -> dict[str, tuple]:
+    """What decides round-off and differs between the baseline's measurement and a measurement here now (the gate
+    measures on the CPU, with this process's torch threads: ``check --threads``)."""
+    return numerics_changes({**baseline["environment"], "device": baseline["configuration"].get("device", "cpu")},
+                            {**environment(), "device": "cpu"})
 
 
 def describe_baseline(baseline: dict) -> str:

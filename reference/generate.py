@@ -325,13 +325,14 @@ def _worker(task_name: str, settings: HMCSettings, chains: list[int], device: st
 
 
 def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: bool | None = True,
-             checkpoints: Path | None = None, workers: int = 1) -> GeneratedReference:
+             checkpoints: Path | None = None, workers: int = 1, threads: int = 1) -> GeneratedReference:
     """Runs the chains and builds the reference; ``progress`` None shows a bar only on a terminal.
 
     ``checkpoints``: a folder where each chain group writes its progress and from which a killed
     generation resumes (bitwise the same result as an uninterrupted one). ``workers`` > 1 runs chain
-    groups (chains sampled one by one: ``settings.vectorise`` false) in that many processes of one
-    thread each; the result does not depend on it. Only a registered task can be sampled in workers.
+    groups (chains sampled one by one: ``settings.vectorise`` false) in that many processes of ``threads``
+    torch threads each, as this process samples with one worker; the result does not depend on ``workers``.
+    Only a registered task can be sampled in workers.
     """
     if settings.n_chains < 2 or settings.n_chains % 2:
         raise ValueError("n_chains must be even and at least 2 (the noise floor compares two halves)")
@@ -357,12 +358,17 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
 
     started = time.perf_counter()
     if workers <= 1:
-        runs = [run_chain_group(task, settings, chains, device, checkpoints, heard) for chains in groups]
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            runs = [run_chain_group(task, settings, chains, device, checkpoints, heard) for chains in groups]
+        finally:
+            torch.set_num_threads(before)
     else:
-        runs = _in_workers(task, settings, groups, device, checkpoints, workers, heard)
+        runs = _in_workers(task, settings, groups, device, checkpoints, workers, threads, heard)
     bar.close()
     wall = time.perf_counter() - started
-    return _assemble(task, settings, runs, device, wall, workers)
+    return _assemble(task, settings, runs, device, wall, workers, threads)
 
 
 def _leave_interrupts_to_the_parent() -> None:
@@ -372,7 +378,7 @@ def _leave_interrupts_to_the_parent() -> None:
 
 
 def _in_workers(task: Task, settings: HMCSettings, groups: list[list[int]], device: str, checkpoints: Path | None,
-                workers: int, heard: Callable[[StepInfoSummary], None]) -> list[ChainGroupRun]:
+                workers: int, threads: int, heard: Callable[[StepInfoSummary], None]) -> list[ChainGroupRun]:
     """Chain groups in ``workers`` processes; an interrupt or a failure in any of them stops them all at once."""
     from bench.tasks import EMBEDDED
 
@@ -383,7 +389,7 @@ def _in_workers(task: Task, settings: HMCSettings, groups: list[list[int]], devi
         queue = manager.Queue()
         pool = context.Pool(workers, initializer=_leave_interrupts_to_the_parent)
         try:
-            results = [pool.apply_async(_worker, (task.name, settings, chains, device, checkpoints, 1, queue))
+            results = [pool.apply_async(_worker, (task.name, settings, chains, device, checkpoints, threads, queue))
                        for chains in groups]
             while not all(result.ready() for result in results):
                 time.sleep(0.2)
@@ -405,7 +411,7 @@ def _in_workers(task: Task, settings: HMCSettings, groups: list[list[int]], devi
 
 
 def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], device: str, wall: float,
-              workers: int) -> GeneratedReference:
+              workers: int, threads: int) -> GeneratedReference:
     """The reference, its diagnostics and noise floor from every chain group's draws (chains in order)."""
     draws = torch.cat([run.draws for run in runs]).numpy()  # (C, S, N, K) or (C, S, N, 2)
     burnin_accept = torch.cat([run.burnin_accept for run in runs], dim=1)
@@ -453,6 +459,7 @@ def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], devi
         "wall_seconds": round(wall, 1),
         "compute_seconds": round(sum(run.compute_seconds for run in runs), 1),
         "workers": workers,
+        "torch_threads": threads,
         "device": device,
         "versions": {"bdl-bench": bench.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "python": platform.python_version()},

@@ -126,7 +126,7 @@ def test_verify_re_executes_a_module_method_only_when_named(tmp_path, run_cli, m
     assert code != 0 and "a run of 'twins'" in err  # only the named method, never another one
     code, out_text, err = run_cli("verify", folder, "--method", "loose_methods:Twins")
     assert code == 0, err
-    assert "verified (bitwise)" in out_text
+    assert "verified (bitwise, 1 torch thread)" in out_text
 
 
 def test_methods_lists_one_module_method_with_its_task_settings(run_cli, plugin):

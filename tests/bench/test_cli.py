@@ -277,3 +277,115 @@ def test_an_unknown_option_points_to_its_subcommand_s_help(run_cli):
     assert code == 2 and "see `python -m bench run --help`" in err
     code, _, err = run_cli("leaderboard", "--bogus")
     assert code == 2 and "see `python -m bench leaderboard --help`" in err
+
+
+def _parsers(parser, path=()):
+    """(subcommand path, parser) for every (sub)subcommand of the command line, ``reference generate`` included."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+    if path:
+        yield path, parser
+
+
+def test_every_list_valued_option_takes_several_values_after_one_flag_and_accumulates_repeats():
+    """One grammar: an option that takes several values (``nargs='+'``) extends its list on a repeat instead of
+    replacing it (``check --methods sgd --methods de`` kept only de) or refusing a second value (``append``)."""
+    import argparse
+
+    from bench.cli import build_parser
+
+    options = [(" ".join(path), action) for path, parser in _parsers(build_parser()) for action in parser._actions
+               if action.option_strings and (action.nargs == "+" or isinstance(action, argparse._AppendAction))]
+    assert len(options) >= 15  # run x3, sweep x5, fetch --task, methods --method, leaderboard x2, check x4
+    assert [(command, action.option_strings) for command, action in options
+            if not (isinstance(action, argparse._ExtendAction) and action.nargs == "+")] == []
+
+
+@pytest.mark.parametrize("argv, dest, expected", [
+    (["run", "--method", "sgd", "--budget", "1", "--task", "toy-gap", "digits", "--task", "toy-gap"], "task",
+     ["toy-gap", "digits", "toy-gap"]),
+    (["run", "--method", "sgd", "--budget", "1", "--set", "lr=0.01", "min_lr=0.001", "--set", "beta1=0.8"],
+     "overrides", [("lr", "0.01"), ("min_lr", "0.001"), ("beta1", "0.8")]),
+    (["sweep", "--method", "sgd", "de", "--method", "ae", "--budget", "1", "--set", "lr=0.01", "lr=0.02"],
+     "methods", ["sgd", "de", "ae"]),
+    (["sweep", "--method", "sgd", "--budget", "1", "--set", "lr=0.01", "lr=0.02", "--set", "batch_size=8"],
+     "overrides", [("lr", "0.01"), ("lr", "0.02"), ("batch_size", "8")]),
+    (["fetch", "--task", "dermamnist", "cifar10", "--task", "imdb"], "task", ["dermamnist", "cifar10", "imdb"]),
+    (["methods", "--method", "sgd", "de", "--method", "ae"], "methods", ["sgd", "de", "ae"]),
+    (["check", "--baseline", "b.json", "--methods", "sgd", "--methods", "de"], "methods", ["sgd", "de"]),
+    (["check", "--baseline", "b.json", "--method", "sgd", "de", "--methods", "ae"], "methods", ["sgd", "de", "ae"]),
+    (["check", "--baseline", "b.json", "--update", "--budget", "sgd=10", "de=20", "--budget", "ae=30"], "budget",
+     ["sgd=10", "de=20", "ae=30"]),
+    (["check", "--baseline", "b.json", "--update", "--set", "lr=0.01", "de.members=3", "--set", "sgd.lr=0.1"],
+     "settings", ["lr=0.01", "de.members=3", "sgd.lr=0.1"]),
+])
+def test_list_options_take_values_after_one_flag_and_from_repeats(argv, dest, expected):
+    from bench.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), dest) == expected
+
+
+def test_several_settings_after_one_set_reach_the_run_and_a_setting_given_twice_is_refused(tmp_path, run_cli):
+    from bench import records
+
+    args = ("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--quiet", "--out", tmp_path)
+    code, _, err = run_cli(*args, "--set", "lr=0.02", "min_lr=0.001", "--set", "beta1=0.8")
+    assert code == 0, err
+    config = records.read_result(records.run_folder(tmp_path, "toy-gap", "sgd", 1, 0))["config"]
+    assert (config["lr"], config["min_lr"], config["beta1"]) == (0.02, 0.001, 0.8)
+    for twice in (("--set", "lr=0.1", "lr=0.2"), ("--set", "lr=0.1", "--set", "lr=0.2")):
+        code, _, err = run_cli(*args[:-1], tmp_path / "twice", *twice)
+        assert code == 2 and "--set lr given more than once" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "twice").exists()
+
+
+def test_methods_and_fetch_take_several_names_after_one_flag(run_cli):
+    code, out, err = run_cli("methods", "--method", "sgd", "de")
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines() if line.startswith(("sgd ", "de "))] == ["sgd", "de"] * 2
+    code, _, err = run_cli("fetch", "--task", "nope", "cifar10", "--task", "other")  # refused before downloading
+    assert code == 2 and "not a competition task: nope, other;" in err and err.count("\n") == 1
+
+
+def test_a_sweep_takes_a_setting_s_values_after_one_set(tmp_path, run_cli):
+    code, out, err = run_cli("sweep", "--method", "sgd", "--task", "toy-gap", "--budget", "1", "--quiet", "--out",
+                             tmp_path, "--set", "lr=0.01", "lr=0.02")
+    assert code == 0, err
+    assert sorted(p.parts[len(tmp_path.parts)] for p in tmp_path.rglob("result.json")) == ["lr=0.01", "lr=0.02"]
+
+
+def test_every_subcommand_s_errors_point_to_its_own_help(run_cli):
+    """Nested ones too: `reference generate` pointed to the top-level help for a missing option and to
+    `reference --help` for an unknown one."""
+    from bench.cli import build_parser
+
+    paths = [path for path, _ in _parsers(build_parser())]
+    assert ("reference", "generate") in paths
+    for path in paths:
+        code, _, err = run_cli(*path, "--bogus")
+        assert code == 2 and err.count("\n") == 1, (path, err)
+        assert f"(see `python -m bench {' '.join(path)} --help`)" in err, (path, err)
+    code, _, err = run_cli("reference", "generate")
+    assert code == 2 and err == ("error: the following arguments are required: --task "
+                                 "(see `python -m bench reference generate --help`)\n")
+    code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--bogus")  # found after parsing
+    assert code == 2 and err == "error: unrecognized arguments: --bogus (see `python -m bench reference generate --help`)\n"
+    code, _, err = run_cli("reference")
+    assert code == 2 and "required: {generate} (see `python -m bench reference --help`)" in err
+
+
+
+def test_verify_and_submit_verify_take_threads_within_the_usable_cores(tmp_path, run_cli):
+    from bench.executors import usable_cores
+
+    too_many = str(usable_cores() + 1)
+    for command in (("verify", tmp_path), ("submit", tmp_path, "--verify", "--db", tmp_path / "db.sqlite")):
+        code, _, err = run_cli(*command, "--threads", too_many)
+        assert code == 2 and f"--threads {too_many} is more than" in err and err.count("\n") == 1, err
+    code, _, err = run_cli("submit", tmp_path, "--threads", "1", "--db", tmp_path / "db.sqlite")
+    assert code == 2 and "add --verify" in err and err.count("\n") == 1
+    assert not (tmp_path / "db.sqlite").exists()

@@ -60,3 +60,17 @@ def test_neither_the_reference_nor_the_test_labels_are_reachable_from_fit(tmp_pa
     result = run(RunSpec(task="toy-gap", method="sgd", budget=2, out=tmp_path))
     assert FrameSearchingMAP.found == []
     assert result["metrics"]["w2"] > 0  # the run was scored after fit, as usual
+
+
+def test_the_numerics_key_names_what_decides_round_off_and_nothing_else():
+    from bench.runner import NUMERICS, environment, numerics_changes
+
+    here = {**environment(), "device": "cpu"}
+    assert set(NUMERICS) - {"device"} <= set(environment())
+    assert numerics_changes(here, {**here, "platform": "Linux-0.0-another-build", "cpu_count": 64,
+                                   "bdl-bench": "0.0.1"}) == {}
+    for field in NUMERICS:
+        assert numerics_changes({**here, field: "elsewhere"}, here) == {field: ("elsewhere", here[field])}
+    older = {key: value for key, value in here.items() if key != "cpu_capability"}
+    assert numerics_changes(older, here) == {"cpu_capability": (None, here["cpu_capability"])}, \
+        "a record that does not say is not known to be comparable bitwise"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench import records
+from bench.executors import usable_cores
 from bench.runner import RunSpec, run
 from bench.verify import verify
 
@@ -99,21 +100,49 @@ def test_a_competition_zip_cannot_be_verified(tmp_path, run_cli):
     assert code == 2 and "cannot be re-executed" in err
 
 
-def test_a_run_made_with_another_thread_count_verifies_bitwise_with_its_own(tmp_path):
-    """sgd on diabetes-gap changes round-off with the thread count; the re-execution takes the run's count."""
+def test_a_record_from_another_kernel_build_or_core_count_verifies_bitwise(honest):
+    """Only what decides round-off keys the bitwise mode (bench.runner.NUMERICS), not the kernel's build string."""
+    environment = json.loads((honest / records.RESULT).read_text())["environment"]
+    _edit_result(honest, environment={**environment, "platform": "Linux-0.0-another-build", "cpu_count": 64})
+    verification = verify(honest)
+    assert (verification.mode, verification.passed) == ("bitwise", True), verification.detail
+
+
+def test_a_run_recorded_on_a_gpu_is_compared_across_environments(honest):
+    _edit_result(honest, device="NVIDIA H100 80GB HBM3")
+    verification = verify(honest)
+    assert verification.mode == "cross-environment" and "device NVIDIA H100 80GB HBM3 -> cpu" in verification.detail
+
+
+def test_a_run_made_with_two_threads_verifies_bitwise_with_threads_2_only(tmp_path, run_cli):
+    """sgd on diabetes-gap changes round-off with the thread count: verify re-executes with its own --threads
+    (default 1, whatever the caller's torch says), and says which would compare the run bitwise."""
     import torch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    if usable_cores() < 2:
+        pytest.skip("one usable core: no second thread count to compare")
+    torch.set_num_threads(2)
     try:
         run(RunSpec(task="diabetes-gap", method="sgd", budget=2, out=tmp_path))
+        folder = records.run_folder(tmp_path, "diabetes-gap", "sgd", 2, 0)
+        default = run_cli("verify", folder)
+        two = run_cli("verify", folder, "--threads", "2")
     finally:
-        torch.set_num_threads(before)
-    if before == 1:
-        pytest.skip("this machine runs one thread: nothing differs")
-    verification = verify(records.run_folder(tmp_path, "diabetes-gap", "sgd", 2, 0))
-    assert (verification.mode, verification.passed) == ("bitwise", True), verification.detail
-    assert torch.get_num_threads() == before
+        torch.set_num_threads(1)
+    code, out, err = default
+    assert code == 0, err
+    assert "verified (cross-environment, 1 torch thread)" in out
+    assert "torch_threads 2 -> 1 (`--threads 2` compares it bitwise)" in out
+    code, out, err = two
+    assert code == 0 and "verified (bitwise, 2 torch threads): predictions bitwise equal" in out, out + err
+
+
+def test_a_record_with_more_threads_than_this_machine_s_cores_says_it_cannot_be_bitwise_here(honest):
+    environment = json.loads((honest / records.RESULT).read_text())["environment"]
+    _edit_result(honest, environment={**environment, "torch_threads": usable_cores() + 1})
+    verification = verify(honest)
+    assert verification.passed and verification.mode == "cross-environment"
+    assert f"more threads than the {usable_cores()} usable core(s) here: not bitwise" in verification.detail
 
 
 @pytest.mark.parametrize("edit, message", [

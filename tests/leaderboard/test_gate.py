@@ -7,6 +7,7 @@ budget check alone, a change too small for the statistics in exact mode).
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,12 @@ from leaderboard import gate
 from tests.reliability.test_error_boundary import assert_one_line
 
 BASELINE = Path(__file__).parents[2] / "benchmarks" / "baseline.json"
-SUBSET = ("--methods", "de", "--task", "toy-gap")
+SUBSET = ("--method", "de", "--task", "toy-gap")
 
 
 def _same_environment() -> bool:
-    return json.loads(BASELINE.read_text())["environment"] == gate.environment()
+    """Whether the gate compares exactly here: what decides round-off is the committed baseline's."""
+    return not gate._numerics_changes(json.loads(BASELINE.read_text()))
 
 
 def test_committed_baseline_records_every_seed_the_budget_and_the_environment():
@@ -110,7 +112,7 @@ def test_standard_error_is_of_the_difference_of_means_with_floors():
 
 
 def test_missing_method_task_or_baseline_and_bad_options_are_clear_errors(tmp_path, run_cli):
-    code, _, err = run_cli("check", "--baseline", BASELINE, "--methods", "nope")
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--method", "nope")
     assert code == 2 and "no baseline for method nope" in err
     code, _, err = run_cli("check", "--baseline", BASELINE, "--task", "cifar10")
     assert code == 2 and "no baseline for task cifar10" in err
@@ -136,7 +138,7 @@ def test_spread_floor(metric, block_size, noise_floor, expected):
 
 def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, run_cli):
     path = tmp_path / "baseline.json"
-    code, out, err = run_cli("check", "--update", "--baseline", path, "--methods", "sgd", "--task", "toy-gap",
+    code, out, err = run_cli("check", "--update", "--baseline", path, "--method", "sgd", "--task", "toy-gap",
                              "--seeds", "2")
     assert code == 0, err
     content = json.loads(path.read_text())
@@ -145,30 +147,61 @@ def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, r
     assert code == 0 and "check passed (exact)" in out
 
 
+def test_exact_mode_keys_on_what_decides_round_off_not_the_kernel_build(tmp_path, run_cli):
+    """A baseline from a machine that differs only in its kernel's build string, core count or bdl-bench version is
+    compared exactly; one measured with other torch threads (or `check --threads`) statistically."""
+    import torch
+
+    from bench.executors import usable_cores
+
+    path = tmp_path / "baseline.json"
+    assert run_cli("check", "--update", "--baseline", path, "--method", "sgd", "--task", "toy-gap", "--seeds", "2")[0] == 0
+    content = json.loads(path.read_text())
+    environment = content["environment"]
+    path.write_text(json.dumps({**content, "environment": {**environment, "platform": "Linux-0.0-another-build",
+                                                           "cpu_count": 64, "bdl-bench": "0.0.1"}}))
+    code, out, _ = run_cli("check", "--baseline", path)
+    assert code == 0 and "check passed (exact)" in out and "differs" not in out, out
+    path.write_text(json.dumps({**content, "environment": {**environment, "torch_threads": 2}}))
+    code, out, _ = run_cli("check", "--baseline", path)
+    assert code == 0 and "check passed (statistical)" in out and "torch_threads 2 -> 1" in out, out
+    if usable_cores() >= 2:
+        path.write_text(json.dumps(content))
+        try:
+            code, out, _ = run_cli("check", "--baseline", path, "--threads", "2")
+        finally:
+            torch.set_num_threads(1)
+        assert code == 0 and "check passed (statistical)" in out and "torch_threads 1 -> 2" in out, out
+
+
 def test_a_partial_update_extends_the_baseline_and_refuses_to_mix_seeds_or_environments(tmp_path, monkeypatch,
                                                                                            run_cli):
     path = tmp_path / "baseline.json"
     first = ("check", "--update", "--baseline", path, "--seeds", "2", "--task", "toy-gap")
-    assert run_cli(*first, "--methods", "sgd")[0] == 0
+    assert run_cli(*first, "--method", "sgd")[0] == 0
     sgd_before = json.loads(path.read_text())["results"]["sgd"]
-    assert run_cli(*first, "--methods", "de")[0] == 0
+    assert run_cli(*first, "--methods", "de")[0] == 0  # the option's earlier name, still taken
     content = json.loads(path.read_text())
     assert set(content["results"]) == {"sgd", "de"} and content["results"]["sgd"] == sgd_before
     assert content["configuration"]["methods"] == ["sgd", "de"] and len(content["commands"]) == 2
     code, out, _ = run_cli("check", "--baseline", path)
     assert code == 0 and "check passed (exact)" in out, out
 
-    code, _, err = run_cli(*first[:-2], "--methods", "sgd", "--task", "toy-gap")  # 2 seeds still
+    # A baseline written before `--method` was the option's name stores its commands with `--methods`.
+    earlier = json.loads(path.read_text())
+    path.write_text(json.dumps({**earlier, "commands": [c.replace("--method ", "--methods ")
+                                                        for c in earlier["commands"]]}))
+    code, _, err = run_cli(*first[:-2], "--method", "sgd", "--task", "toy-gap")  # 2 seeds still
     assert code == 0, err
     content = json.loads(path.read_text())  # the same command again replaces its entry and its time
-    assert [c.split("--methods ")[1].split()[0] for c in content["commands"]] == ["de", "sgd"]
+    assert [re.search(r"--methods? (\S+)", c)[1] for c in content["commands"]] == ["de", "sgd"]
     assert content["wall_seconds"] == pytest.approx(sum(content["command_seconds"]), abs=0.2)
-    code, _, err = run_cli("check", "--update", "--baseline", path, "--seeds", "3", "--methods", "sgd", "--task",
+    code, _, err = run_cli("check", "--update", "--baseline", path, "--seeds", "3", "--method", "sgd", "--task",
                            "toy-gap")
     assert code == 2 and "2 seeds" in err and len(err.strip().splitlines()) == 1
     real = gate.environment()
     monkeypatch.setattr(gate, "environment", lambda: {**real, "torch": "0.0"})
-    code, _, err = run_cli(*first, "--methods", "sgd")
+    code, _, err = run_cli(*first, "--method", "sgd")
     assert code == 2 and "another environment (torch differ)" in err and len(err.strip().splitlines()) == 1
     assert json.loads(path.read_text())["results"]["sgd"] == sgd_before  # a refused update writes nothing
 
@@ -219,7 +252,7 @@ def _update(run_cli, path, *options):
 
 def test_a_user_method_is_gated_with_the_budget_and_settings_its_baseline_stores(tmp_path, run_cli, user_method):
     path = tmp_path / "mine.json"
-    code, out, err = _update(run_cli, path, "--methods", user_method, "--budget", "4", "--set", "lr=0.02")
+    code, out, err = _update(run_cli, path, "--method", user_method, "--budget", "4", "--set", "lr=0.02")
     assert code == 0, err
     content = json.loads(path.read_text())
     configuration = content["configuration"]
@@ -227,21 +260,21 @@ def test_a_user_method_is_gated_with_the_budget_and_settings_its_baseline_stores
     assert configuration["sources"] == {"pair": user_method}
     assert configuration["budgets"] == {"pair": 4.0} and content["runs"]["pair"]["toy-gap"]["epochs_used"] == [4.0] * 2
     assert configuration["settings"] == {"pair": {"lr": "0.02"}}
-    assert content["commands"][0].endswith(f"--methods {user_method} --task toy-gap --seeds 2 --budget 4 --set lr=0.02")
+    assert content["commands"][0].endswith(f"--method {user_method} --task toy-gap --seeds 2 --budget 4 --set lr=0.02")
     code, out, err = run_cli("check", "--baseline", path)  # reruns the stored budget and settings, or moves
     assert code == 0 and "check passed (exact)" in out, out + err
-    code, out, _ = run_cli("check", "--baseline", path, "--methods", user_method)  # named as the update named it
+    code, out, _ = run_cli("check", "--baseline", path, "--method", user_method)  # named as the update named it
     assert code == 0 and "check passed (exact)" in out
 
     defaults = tmp_path / "defaults.json"
-    assert _update(run_cli, defaults, "--methods", user_method, "--budget", "4")[0] == 0
+    assert _update(run_cli, defaults, "--method", user_method, "--budget", "4")[0] == 0
     assert json.loads(defaults.read_text())["results"]["pair"]["toy-gap"]["all"]["w2"]["values"] \
         != content["results"]["pair"]["toy-gap"]["all"]["w2"]["values"], "--set lr=0.02 reached the runs"
 
 
 def test_budgets_and_settings_per_method_and_the_methods_they_name(tmp_path, run_cli, user_method):
     path = tmp_path / "mixed.json"
-    code, _, err = _update(run_cli, path, "--methods", "sgd", user_method, "--budget", "3", "--budget", f"{PAIR}=4",
+    code, _, err = _update(run_cli, path, "--method", "sgd", user_method, "--budget", "3", "--budget", f"{PAIR}=4",
                            "--set", f"{PAIR}.min_lr=0.001")
     assert code == 0, err
     configuration = json.loads(path.read_text())["configuration"]
@@ -258,7 +291,7 @@ def test_budgets_and_settings_per_method_and_the_methods_they_name(tmp_path, run
 
 def test_a_user_method_defaults_to_its_check_budget(tmp_path, run_cli, user_method):
     path = tmp_path / "mine.json"
-    assert _update(run_cli, path, "--methods", user_method)[0] == 0
+    assert _update(run_cli, path, "--method", user_method)[0] == 0
     assert json.loads(path.read_text())["runs"]["pair"]["toy-gap"]["epochs_used"] == [6.0, 6.0]
 
 
@@ -266,7 +299,7 @@ def test_a_method_the_baseline_gates_but_cannot_load_is_one_line(tmp_path, run_c
     import sys
 
     path = tmp_path / "mine.json"
-    assert _update(run_cli, path, "--methods", user_method, "--budget", "2")[0] == 0
+    assert _update(run_cli, path, "--method", user_method, "--budget", "2")[0] == 0
     sys.path.remove(str(tmp_path / "site"))
     sys.modules.pop("gate_user.methods"), sys.modules.pop("gate_user")
     code, _, err = run_cli("check", "--baseline", path)
@@ -276,17 +309,17 @@ def test_a_method_the_baseline_gates_but_cannot_load_is_one_line(tmp_path, run_c
 
 
 @pytest.mark.parametrize("options, message", [
-    (("--methods", "sgd", "--budget", "nope=3"), "--budget names nope, which this update does not measure (sgd)"),
-    (("--methods", "sgd", "--budget", "many"), "--budget many: write EPOCHS (every method) or METHOD=EPOCHS"),
-    (("--methods", "sgd", "--budget", "sgd=0"), "--budget sgd=0: the budget must be a positive number of epochs"),
-    (("--methods", "sgd", "--budget", "3", "--budget", "4"), "--budget given twice for every method"),
-    (("--methods", PAIR, "--budget", "pair=3", "--budget", f"{PAIR}=4"), "--budget given twice for pair"),
-    (("--methods", "sgd", "--set", "lr"), "--set lr: write KEY=VALUE (every method) or METHOD.KEY=VALUE"),
-    (("--methods", "sgd", PAIR, "--set", f"{PAIR}.nosuch=1"), "method 'pair' has no setting 'nosuch'"),
-    (("--methods", PAIR, "--set", "lr=-1"), "pair: lr must lie in (0, inf)"),
-    (("--methods", PAIR, "gate_user.methods:Twin"), "--methods names 'pair' twice"),
-    (("--methods", "gate_user.methods:Unbudgeted"), "unbudgeted's check_budget: the budget must be a positive number"),
-    (("--methods", "gate_user.methods:Missing"), "gate_user.methods has no Missing"),
+    (("--method", "sgd", "--budget", "nope=3"), "--budget names nope, which this update does not measure (sgd)"),
+    (("--method", "sgd", "--budget", "many"), "--budget many: write EPOCHS (every method) or METHOD=EPOCHS"),
+    (("--method", "sgd", "--budget", "sgd=0"), "--budget sgd=0: the budget must be a positive number of epochs"),
+    (("--method", "sgd", "--budget", "3", "--budget", "4"), "--budget given twice for every method"),
+    (("--method", PAIR, "--budget", "pair=3", "--budget", f"{PAIR}=4"), "--budget given twice for pair"),
+    (("--method", "sgd", "--set", "lr"), "--set lr: write KEY=VALUE (every method) or METHOD.KEY=VALUE"),
+    (("--method", "sgd", PAIR, "--set", f"{PAIR}.nosuch=1"), "method 'pair' has no setting 'nosuch'"),
+    (("--method", PAIR, "--set", "lr=-1"), "pair: lr must lie in (0, inf)"),
+    (("--method", PAIR, "gate_user.methods:Twin"), "--method names 'pair' twice"),
+    (("--method", "gate_user.methods:Unbudgeted"), "unbudgeted's check_budget: the budget must be a positive number"),
+    (("--method", "gate_user.methods:Missing"), "gate_user.methods has no Missing"),
 ])
 def test_a_bad_update_of_a_user_baseline_is_one_line_before_any_run(tmp_path, run_cli, user_method, monkeypatch,
                                                                      options, message):
@@ -306,15 +339,15 @@ def test_budgets_and_settings_are_update_options(run_cli):
 
 def test_a_partial_update_refuses_to_leave_tasks_measured_with_another_budget(tmp_path, run_cli, user_method):
     path = tmp_path / "mine.json"
-    assert _update(run_cli, path, "--methods", user_method, "--budget", "2")[0] == 0
+    assert _update(run_cli, path, "--method", user_method, "--budget", "2")[0] == 0
     before = path.read_bytes()
     code, _, err = run_cli("check", "--update", "--baseline", path, "--task", "diabetes-gap", "--seeds", "2",
-                           "--methods", user_method, "--budget", "4")
+                           "--method", user_method, "--budget", "4")
     assert_one_line(code, err, 2, f"{path} measured pair on toy-gap with budget 2 and settings none, this update "
                                   "with budget 4", "--task toy-gap")
     assert path.read_bytes() == before
     code, _, err = run_cli("check", "--update", "--baseline", path, "--task", "diabetes-gap", "--seeds", "2",
-                           "--methods", user_method, "--budget", "2")
+                           "--method", user_method, "--budget", "2")
     assert code == 0, err
     assert set(json.loads(path.read_text())["results"]["pair"]) == {"toy-gap", "diabetes-gap"}
 
@@ -347,7 +380,7 @@ def test_an_update_into_a_path_that_cannot_be_written_measures_nothing(tmp_path,
     monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
     for target in (tmp_path / "missing" / "baseline.json", tmp_path / "file.txt" / "baseline.json"):
         (tmp_path / "file.txt").write_text("not a folder")
-        code, _, err = run_cli("check", "--update", "--baseline", target, "--methods", "sgd", "--task", "toy-gap")
+        code, _, err = run_cli("check", "--update", "--baseline", target, "--method", "sgd", "--task", "toy-gap")
         assert code == 2 and "cannot write the baseline" in err and err.count("\n") == 1, err
     assert measured == []
 

@@ -300,3 +300,14 @@ def test_notes_that_would_reach_a_terminal_or_page_raw_are_refused(tmp_path, mak
     code, _, err = run_cli("submit", str(tmp_path / "runs"), "--notes", notes)
     assert code == 2 and "notes must be printable text and line breaks" in err and err.count("\n") == 1
     assert not db_path.exists() or run_cli("leaderboard", "--format", "json")[1].count('"notes"') == 0
+
+
+def test_several_tasks_and_budgets_after_one_flag_select_their_tracks(board, run_cli):
+    code, out, err = run_cli("leaderboard", "--task", "digits", "toy-gap", "--budget", "10", "--format", "json")
+    assert code == 0, err
+    tracks = {(t["task"], t["budget"]) for t in json.loads(out)["tracks"]}
+    assert tracks == {("digits", 10), ("toy-gap", 10)}
+    code, out, _ = run_cli("leaderboard", "--task", "digits", "--budget", "10", "--budget", "100", "--format", "json")
+    assert {(t["task"], t["budget"]) for t in json.loads(out)["tracks"]} == {("digits", 10), ("digits", 100)}
+    code, _, err = run_cli("leaderboard", "--task", "diabetes-gap", "uci-gap", "--budget", "10", "20")
+    assert code == 2 and "no runs on the leaderboard for task diabetes-gap, uci-gap budget 10, 20" in err

@@ -267,3 +267,38 @@ def test_an_interrupt_stops_every_worker_at_once_and_keeps_the_checkpoints(tmp_p
     assert len(list(checkpoints.glob("toy-gap/chains-*.pt"))) == 2
     time.sleep(0.5)
     assert not [pid for pid in workers if _alive(pid)]
+
+
+def test_generation_samples_with_the_threads_it_is_given_and_records_them(monkeypatch):
+    """One thread by default whatever the caller's torch says (the chains then compute in this process as in a
+    worker), the caller's count restored after."""
+    seen = []
+    sample = generation.run_chain_group
+    monkeypatch.setattr(generation, "run_chain_group", lambda *a, **k: seen.append(torch.get_num_threads()) or
+                        sample(*a, **k))
+    torch.set_num_threads(2)
+    try:
+        generated = generation.generate(tiny_task(), SETTINGS, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    assert seen and set(seen) == {1} and generated.metadata["torch_threads"] == 1
+
+
+def test_reference_generate_passes_threads_and_refuses_more_than_the_cores(run_cli, tmp_path, monkeypatch):
+    from bench.errors import BenchError
+    from bench.executors import usable_cores
+
+    asked = []
+
+    def generate(*args, **kwargs):
+        asked.append(kwargs["threads"])
+        raise BenchError("stopped before sampling")
+
+    monkeypatch.setattr(generation, "generate", generate)
+    command = ("reference", "generate", "--task", "toy-gap", "--out", tmp_path / "out", "--checkpoints", tmp_path / "ck")
+    assert run_cli(*command)[0] == 2 and asked == [1]
+    code, _, err = run_cli(*command, "--threads", str(usable_cores() + 1))
+    assert code == 2 and "oversubscribe" in err and len(err.strip().splitlines()) == 1 and asked == [1]
+    code, _, err = run_cli(*command, "--workers", "2", "--threads", str(usable_cores()))
+    assert code == 2 and "oversubscribe" in err and asked == [1]

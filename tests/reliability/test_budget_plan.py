@@ -117,9 +117,9 @@ def test_a_baseline_claiming_a_huge_budget_is_refused_before_check_trains(tmp_pa
     baseline = json.loads((Path(__file__).parents[2] / "benchmarks" / "baseline.json").read_text())
     baseline["configuration"]["budgets"]["de"] = 1e6
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
-    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--methods", "de", "--task", "toy-gap")
+    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--method", "de", "--task", "toy-gap")
     assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 10,000,000 epochs")
-    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--methods", "sgd", "--task", "toy-gap",
+    code, _, err = run_cli("check", "--baseline", tmp_path / "baseline.json", "--method", "sgd", "--task", "toy-gap",
                            "--max-epochs", "100")
     assert_one_line(code, err, EXIT_BAD_INPUT, "would re-execute 200 epochs", "--max-epochs 200")
 

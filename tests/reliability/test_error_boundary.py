@@ -31,8 +31,8 @@ def _patch_handler(monkeypatch, error):
     """Makes `methods` raise ``error``: a failure deep inside any command reaches the same boundary."""
     original = cli.build_parser
 
-    def parser():
-        built = original()
+    def parser(prog="python -m bench"):
+        built = original(prog)
         built.set_defaults(command="methods")
         return built
     monkeypatch.setattr(cli, "build_parser", parser)

@@ -1,39 +1,28 @@
-"""Methods held to exact answers on Bayesian linear regression, built through the public API alone
-(:func:`bench.api.make_task`, :func:`bench.api.fit`).
+"""Laplace and the ensembles held to exact answers on Bayesian linear regression (``conftest.py``), through
+:func:`bench.api.fit`.
 
-The network is one linear layer (weights, then bias) with a Gaussian likelihood of known noise s and the prior
-N(0, v I), so the posterior is Gaussian in closed form: with Phi = [X, 1],
-
-    precision Lambda = Phi^T Phi / s^2 + I / v,     mean = Lambda^-1 Phi^T y / s^2.
-
-Its generalised Gauss-Newton is Phi^T Phi / s^2 at every theta, so a Laplace approximation is exact here
-whatever MAP point it reaches.
+The problem's generalised Gauss-Newton is Phi^T Phi / s^2 at every theta, so a Laplace approximation is exact here
+whatever MAP point it reaches; and its (anchored) MAP is unique, Lambda^-1 (Phi^T y / s^2 + a / v), so every
+member of an ensemble must reach the one its anchor a (zero for a deep ensemble) defines.
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
-from torch import nn
 
 from bench.api import FixedNoiseGaussian, fit, make_task
 
-N, D, NOISE, PRIOR_VARIANCE = 64, 3, 0.5, 1.0
+MAP_TRAINING = {"batch_size": 64, "lr": 0.05, "min_lr": 1e-4}
+"""Adam at full batch from 0.05 down to 1e-4: what takes a member to its MAP point to a hundredth of a posterior
+standard deviation in 300 epochs (anchored members on every row: ``validation_fraction`` 0, no early stopping)."""
 
 
-@pytest.fixture(scope="module")
-def linear():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(N, D, generator=g, dtype=torch.float64)
-    y = x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) + 0.3 + NOISE * torch.randn(N, generator=g,
-                                                                                          dtype=torch.float64)
-    task = make_task("linear-gaussian", x, y, torch.randn(16, D, generator=g, dtype=torch.float64),
-                     lambda: nn.Sequential(nn.Linear(D, 1)).double(), FixedNoiseGaussian(NOISE), PRIOR_VARIANCE)
-    phi = torch.cat([x, torch.ones(N, 1, dtype=torch.float64)], dim=1)
-    precision = phi.T @ phi / NOISE**2 + torch.eye(D + 1, dtype=torch.float64) / PRIOR_VARIANCE
-    mean = torch.linalg.solve(precision, phi.T @ y / NOISE**2)
-    return SimpleNamespace(task=task, precision=precision, mean=mean, covariance=torch.linalg.inv(precision))
+def anchored_map(linear, anchors: torch.Tensor) -> torch.Tensor:
+    """Pearce et al.'s anchored MAP for each anchor ``(K, 4)``: the minimum of -log p(D | theta) + |theta - a|^2 / (2 v),
+    Lambda^-1 (Phi^T y / s^2 + a / v)."""
+    phi_y = linear.precision @ linear.mean  # Phi^T y / s^2
+    return torch.linalg.solve(linear.precision, (phi_y + anchors / linear.prior_variance).T).T
 
 
 @pytest.mark.parametrize("structure", ["last-layer-full", "last-layer-kron", "diagonal"])
@@ -46,7 +35,7 @@ def test_laplace_is_the_gaussian_its_structure_states(linear, structure):
     expected = 1 / torch.diagonal(linear.precision) if structure == "diagonal" else linear.covariance
     torch.testing.assert_close(posterior.covariance().double(), expected, rtol=1e-6, atol=0)
     # Its mean is the MAP point, which Adam reaches to a small fraction of a posterior standard deviation.
-    z = (posterior.mean.double() - linear.mean) / torch.diagonal(linear.covariance).sqrt()
+    z = (posterior.mean.double() - linear.mean) / linear.sd
     assert z.abs().max() < 0.05, z
 
 
@@ -57,15 +46,15 @@ def test_laplace_probit_regression_predictive_is_the_closed_form(linear, structu
     inverted): each test row's 1000 samples have its mean and variance within 4.5 Monte Carlo standard errors.
     The test rows lie ten times farther out than the training rows, where phi^T Sigma phi is most of the variance
     (near the data it is 2% of it, below what 1000 samples resolve)."""
-    x_test = 10 * linear.task.x_test
-    task = make_task("linear-gaussian-far", linear.task.x_train, linear.task.y_train, x_test, linear.task.model_factory,
-                     FixedNoiseGaussian(NOISE), PRIOR_VARIANCE)
+    x_test = 10 * linear.x_test
+    task = make_task("linear-gaussian-far", linear.x, linear.y, x_test, linear.task.model_factory,
+                     FixedNoiseGaussian(linear.noise), linear.prior_variance)
     fitted = fit(task, "laplace", budget=400, settings={"structure": structure, "batch_size": 64, "lr": 0.05,
                                                          "min_lr": 0.001, "predictive": "probit"})
     posterior = fitted.approximator.posterior
     phi = torch.cat([x_test, torch.ones(len(x_test), 1, dtype=torch.float64)], dim=1)
     sigma = torch.diag(1 / torch.diagonal(linear.precision)) if structure == "diagonal" else linear.covariance
-    mean, variance = phi @ posterior.mean.double(), ((phi @ sigma) * phi).sum(1) + NOISE**2
+    mean, variance = phi @ posterior.mean.double(), ((phi @ sigma) * phi).sum(1) + linear.noise**2
     samples = torch.from_numpy(fitted.predictive)
     n = samples.shape[1]
     z_mean = (samples.mean(1) - mean) / (variance / n).sqrt()
@@ -74,61 +63,85 @@ def test_laplace_probit_regression_predictive_is_the_closed_form(linear, structu
     assert fitted.test_passes == 1
 
 
-def test_each_anchored_ensemble_member_is_its_anchor_s_map(linear, monkeypatch):
-    """Pearce et al.'s anchored MAP: member k minimises -log p(D | theta) + |theta - a_k|^2 / (2 v), whose minimum
-    is Lambda^-1 (Phi^T y / s^2 + a_k / v); so the ensemble's spread is Lambda^-1 Cov(a) Lambda^-1 / v^2 with
-    Cov(a) = v I. Each member, trained on all rows (no validation split), must reach its own."""
+def test_each_anchored_ensemble_member_is_its_anchor_s_map(linear, training_calls):
+    """Member k's anchored MAP is Lambda^-1 (Phi^T y / s^2 + a_k / v); so the ensemble's spread is
+    Lambda^-1 Cov(a) Lambda^-1 / v^2 with Cov(a) = v I. Each member must reach its own."""
     from approximators import anchored
 
-    calls = []
-
-    def recording(*args, **kwargs):
-        calls.append((kwargs.get("anchors"), anchored_train(*args, **kwargs)))
-        return calls[-1][1]
-
-    anchored_train = anchored.train_members
-    monkeypatch.setattr(anchored, "train_members", recording)
-    fit(linear.task, "ae", budget=8 * 300, settings={"epochs": 300, "validation_fraction": 0, "batch_size": 64,
-                                                      "lr": 0.05, "min_lr": 1e-4})
-    ((anchors, members),) = calls
-    flat = lambda tensors: torch.cat([tensors["0.weight"].flatten(1), tensors["0.bias"]], dim=1)  # noqa: E731
-    a, theta = flat(anchors).double(), flat(members).double()
-    assert theta.shape == (8, D + 1)
-    phi_y = linear.precision @ linear.mean  # Phi^T y / s^2
-    exact = torch.linalg.solve(linear.precision, (phi_y + a / PRIOR_VARIANCE).T).T
-    z = (theta - exact) / torch.diagonal(linear.covariance).sqrt()
+    calls = training_calls(anchored)
+    fit(linear.task, "ae", budget=8 * 300, settings={"epochs": 300, "validation_fraction": 0, **MAP_TRAINING})
+    ((call,),) = [calls]
+    assert call.trained.shape == (8, 4)
+    z = (call.trained - anchored_map(linear, call.anchors)) / linear.sd
     assert z.abs().max() < 0.01, z
 
 
-def test_sgld_samples_the_stationary_law_of_its_own_recursion(linear, monkeypatch):
-    """Full-batch SGLD at a constant step eps is the linear recursion theta <- theta - (eps / 2) Lambda (theta - mu)
-    + N(0, eps I), whose stationary law is N(mu, C) with C = eps (I - A^2)^-1 in Lambda's eigenbasis,
-    A = I - eps Lambda / 2: not the posterior (C exceeds Lambda^-1 by 1 / (1 - eps lambda / 4), a third along
-    Lambda's largest eigenvalue at eps lambda_max = 1). 4096 chains' last samples are independent draws: their
-    covariance is compared within 4.5 standard errors (sqrt(C_ii C_jj + C_ij^2) / sqrt(n))."""
-    from approximators.base import PredictiveAccumulator
+def test_anchored_ensemble_s_anchors_are_draws_from_the_prior(linear, training_calls, moments_z):
+    """Pearce et al. draw each member's anchor from the prior N(0, v I): 256 members (one epoch each: the anchors'
+    law does not depend on training), 1024 independent draws of N(0, v), compared within 4.5 standard errors."""
+    from approximators import anchored
 
-    kept = []
-    add = PredictiveAccumulator.add
+    calls = training_calls(anchored)
+    fit(linear.task, "ae", budget=256, settings={"epochs": 1, "validation_fraction": 0, "batch_size": 64})
+    ((call,),) = [calls]
+    prior = torch.full((1, 1), linear.prior_variance, dtype=torch.float64)
+    z_mean, z_variance = moments_z(call.anchors.reshape(-1, 1), torch.zeros(1, dtype=torch.float64), prior)
+    assert abs(float(z_mean)) < 4.5 and abs(float(z_variance)) < 4.5, (z_mean, z_variance)
 
-    def keep(self, members):
-        kept.append(torch.cat([members["0.weight"].flatten(1), members["0.bias"]], dim=1).double())
-        return add(self, members)
 
-    monkeypatch.setattr(PredictiveAccumulator, "add", keep)
-    values, vectors = torch.linalg.eigh(linear.precision)
-    eps, chains = 1 / float(values.max()), 4096
-    fit(linear.task, "sgld", budget=chains * 40, settings={"chains": chains, "batch_size": N, "schedule": "constant",
-                                                           "lr": eps * N / 2, "burn_in": 0.9})
-    draws = kept[-1]
-    a = 1 - eps * values / 2
-    stationary = vectors @ torch.diag(eps / (1 - a**2)) @ vectors.T
-    torch.testing.assert_close(draws.mean(0), linear.mean, atol=float(4.5 * torch.diagonal(stationary).max().sqrt()
-                                                                        / chains**0.5), rtol=0)
-    covariance = torch.cov(draws.T)
-    spread = (torch.outer(torch.diagonal(stationary), torch.diagonal(stationary)) + stationary**2).sqrt()
-    z = (covariance - stationary) / (spread / chains**0.5)
-    assert z.abs().max() < 4.5, z
-    # ... and the same draws are far from the posterior along the largest eigenvalue.
-    top = vectors[:, -1]
-    assert float(top @ covariance @ top) > 1.2 * float(top @ linear.covariance @ top)
+def test_each_deep_ensemble_member_reaches_the_map_from_its_own_start(linear, training_calls):
+    """The MAP is unique here: five members from five distinct initialisations must all reach it."""
+    from approximators import map as deep_ensemble
+
+    calls = training_calls(deep_ensemble)
+    fit(linear.task, "de", budget=5 * 300, settings={"members": 5, **MAP_TRAINING})
+    ((call,),) = [calls]
+    assert call.start.shape == (5, 4) and torch.pdist(call.start).min() > 0.05  # distinct starts ...
+    z = (call.trained - linear.mean) / linear.sd
+    assert z.abs().max() < 0.01, z  # ... one end
+
+
+def test_each_sequential_anchored_member_is_its_anchor_s_map(linear, training_calls):
+    """SAE's members start from their predecessor's weights and train a few epochs towards an anchor the guided
+    walk has moved: each must still reach its own anchor's MAP, not stay at its predecessor's. Walk steps of 0.5
+    move the anchored MAP by up to 0.03-0.14 posterior standard deviations per member, several times the
+    tolerance (members reach theirs to 0.004)."""
+    from approximators import sae
+
+    calls = training_calls(sae)
+    fit(linear.task, "sae", budget=2 * (300 + 3 * 100), settings={
+        "chains": 2, "members_per_chain": 4, "first_epochs": 300, "sequential_epochs": 100, "walk_step": 0.5,
+        "seq_lr": 0.01, "seq_min_lr": 1e-4, "validation_fraction": 0, **MAP_TRAINING})
+    assert len(calls) == 4
+    for previous, call in zip(calls, calls[1:]):
+        torch.testing.assert_close(call.start, previous.trained)  # warm-started from the predecessor
+        moved = (anchored_map(linear, call.anchors) - anchored_map(linear, previous.anchors)) / linear.sd
+        assert moved.abs().max() > 0.03, moved
+    for call in calls:
+        z = (call.trained - anchored_map(linear, call.anchors)) / linear.sd
+        assert z.abs().max() < 0.01, z
+
+
+def test_sae_s_chain_of_anchors_leaves_the_prior_invariant(linear, training_calls, moments_z):
+    """Delaunoy & Louppe: the first member's anchor is drawn from the prior N(0, v I) and each later member's
+    moves by one guided-walk Metropolis-Hastings step that leaves the prior invariant, so every member's anchor,
+    across independent chains, is a draw from the prior. 256 chains of 30 members (one epoch each: the anchors'
+    law does not depend on training) with steps of half the prior's standard deviation: after 29 steps an anchor
+    is nearly uncorrelated with its chain's first, so a kernel that did not leave the prior invariant would have
+    moved the law far from it. Each member's anchors, 256 x 4 independent draws of N(0, v), are compared with
+    the prior within 4.5 standard errors, for every member."""
+    from approximators import sae
+
+    chains, members = 256, 30
+    calls = training_calls(sae)
+    fit(linear.task, "sae", budget=chains * members, settings={
+        "chains": chains, "members_per_chain": members, "first_epochs": 1, "sequential_epochs": 1,
+        "walk_step": 0.5 * linear.prior_variance**0.5, "validation_fraction": 0, "batch_size": 64})
+    anchors = torch.stack([call.anchors for call in calls])  # (members, chains, 4)
+    assert anchors.shape == (members, chains, 4)
+    prior = torch.full((1, 1), linear.prior_variance, dtype=torch.float64)
+    for member in anchors:
+        z_mean, z_variance = moments_z(member.reshape(-1, 1), torch.zeros(1, dtype=torch.float64), prior)
+        assert abs(float(z_mean)) < 4.5 and abs(float(z_variance)) < 4.5, (z_mean, z_variance)
+    first, last = anchors[0].flatten(), anchors[-1].flatten()
+    assert abs(float(torch.corrcoef(torch.stack([first, last]))[0, 1])) < 0.2  # the walk went far

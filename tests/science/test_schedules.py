@@ -1,6 +1,7 @@
-"""Every sampler's and SWAG's schedule pinned: the engine steps after which it keeps a sample, collects a snapshot,
-adds noise or restarts a cycle, spied on through the engine (toy-gap, 80 rows), against each method's
-documented rule; and chains and runs draw from distinct streams.
+"""Every method's schedule pinned: the engine steps after which it keeps a sample, collects a snapshot, adds noise,
+restarts a cycle or switches phase (VOGN's initialisation minibatch and tempering, MFVI's MAP-to-VI switch,
+Laplace's curvature epoch, HMC's burn-in and kept iterations, MC dropout's masks), spied on through the engine
+(toy-gap, 80 rows), against each method's documented rule; and chains, runs and members draw from distinct streams.
 
 A spy wraps :func:`approximators.engine.run` so that every step the rule takes is counted, and records the count
 when the method keeps a sample (``PredictiveAccumulator.add``) or SWAG collects a snapshot (``Moments.collect``).
@@ -10,24 +11,33 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from approximators import METHODS, engine, resolve_config
 from approximators.base import PredictiveAccumulator
 from approximators.swag import Moments
-from bench.api import fit
+from approximators.updates import NoiseStream
+from bench.api import fit, make_task, seeded_module
+from bench.budget import BudgetMeter, MeteredData
+from bench.tasks import get_task
+from reference import hmc
 
 N_TRAIN = 80  # toy-gap
 
 
 @pytest.fixture
 def spy(monkeypatch):
-    """``events``: (what, engine steps taken when it happened); ``rules``: each engine run's update rule."""
+    """``events``: (what, engine steps taken when it happened); ``rules``: each engine run's update rule, ``starts``
+    the steps taken before it, ``params`` and ``finals`` its initial and final parameters."""
     record = type("Spy", (), {})()
-    record.events, record.rules, record.steps = [], [], 0
+    record.events, record.rules, record.starts, record.params, record.finals = [], [], [], [], []
+    record.steps = 0
     run = engine.run
 
     def counting_run(objective, rule, params, data, epochs, batch_size, seeds, **hooks):
         record.rules.append(rule)
+        record.starts.append(record.steps)
+        record.params.append(params.detach().clone())
         update = rule.update
 
         def counted(state, grads, step):
@@ -35,7 +45,9 @@ def spy(monkeypatch):
             return update(state, grads, step)
 
         rule.update = counted
-        return run(objective, rule, params, data, epochs, batch_size, seeds, **hooks)
+        state = run(objective, rule, params, data, epochs, batch_size, seeds, **hooks)
+        record.finals.append(state.params.detach().clone())
+        return state
 
     def when(what, method):
         def recorded(self, *args, **kwargs):
@@ -108,3 +120,127 @@ def test_chains_runs_and_members_draw_from_distinct_streams(method, budget, sett
     firsts = torch.stack(orders[:3])
     assert len({tuple(o[:8].tolist()) for o in firsts}) == 3
     assert first_minibatch is engine.first_minibatch
+
+
+@pytest.mark.parametrize("settings", [{}, {"mc_samples": 3, "tempering": 0.5}])
+def test_vogn_trains_whole_epochs_after_its_initialisation_minibatch_drawing_weights_for_every_pass(
+        spy, monkeypatch, settings):
+    """The initialisation minibatch costs B / N of an epoch, then E = floor((budget - B / N) / K) epochs, each
+    minibatch through the network once per MC sample (K), each pass at a fresh draw of the weights; tau rises
+    linearly from tau_start to 1 over the first ``tempering`` of the steps; the predictive then draws ``samples``."""
+    config = resolve_config(METHODS["vogn"], "toy-gap", {key: str(value) for key, value in settings.items()})
+    draws = []
+    next_draw = NoiseStream.next
+    monkeypatch.setattr(NoiseStream, "next", lambda self: draws.append(1) or next_draw(self))
+    fitted = fit("toy-gap", "vogn", 20, settings=settings)
+    per_epoch, k = math.ceil(N_TRAIN / config.batch_size), config.mc_samples
+    epochs = math.floor((20 - config.batch_size / N_TRAIN) / k)  # 19 epochs of one sample, 6 of three
+    steps = epochs * per_epoch
+    assert spy.steps == steps and fitted.epochs_used == pytest.approx(config.batch_size / N_TRAIN + epochs * k)
+    assert len(draws) == steps * k + config.samples
+    ((rule,),) = [spy.rules]
+    ramp = round(config.tempering * steps)
+    tau = config.tau_start
+    assert rule.taus == pytest.approx([tau + (1 - tau) * t / ramp for t in range(ramp)] + [1.0] * (steps - ramp))
+
+
+def test_mfvi_switches_from_map_to_vi_after_a_tenth_of_the_budget(spy):
+    """round(map_fraction B) epochs of MAP (Adam), then the rest of floor(B) of VI, which starts at the MAP
+    phase's last weights with sigma = init_std."""
+    config = resolve_config(METHODS["mfvi"], "toy-gap")
+    fitted = fit("toy-gap", "mfvi", 20)
+    per_epoch, map_epochs = math.ceil(N_TRAIN / config.batch_size), round(0.1 * 20)
+    assert [type(rule).__name__ for rule in spy.rules] == ["Adam", "MFVIRule"]
+    assert spy.starts == [0, map_epochs * per_epoch] and spy.steps == 20 * per_epoch and fitted.epochs_used == 20
+    mu, rho = spy.params[1].chunk(2, dim=1)
+    assert torch.equal(mu, spy.finals[0])
+    torch.testing.assert_close(F.softplus(rho), torch.full_like(rho, config.init_std))
+
+
+def test_laplace_trains_floor_b_minus_one_map_epochs_then_reads_every_row_once_for_its_curvature(spy, monkeypatch):
+    """Budget 20.5: 19 epochs of MAP training, then one curvature epoch that reads each training row once."""
+    config = resolve_config(METHODS["laplace"], "toy-gap")
+    reads = []
+    batch = MeteredData.batch
+    monkeypatch.setattr(MeteredData, "batch", lambda self, indices, **passes: reads.append(
+        (spy.steps, indices.flatten())) or batch(self, indices, **passes))
+    fitted = fit("toy-gap", "laplace", 20.5)
+    per_epoch = math.ceil(N_TRAIN / config.batch_size)
+    assert len(spy.rules) == 1 and spy.steps == 19 * per_epoch and fitted.epochs_used == 20
+    curvature = torch.cat([rows for steps, rows in reads if steps == spy.steps])
+    assert torch.equal(curvature.sort().values, torch.arange(N_TRAIN))
+
+
+def test_hmc_adapts_while_less_than_burn_in_of_the_budget_is_spent_then_keeps_every_iteration(monkeypatch):
+    """Each iteration is charged its chains' leapfrog steps (one epoch per chain-gradient); it adapts the step size
+    if it starts before burn_in of the budget is spent, and is kept as a sample otherwise; iterations run while
+    the longest trajectory, ceil(L (1 + jitter)) steps per chain, still fits."""
+    config = resolve_config(METHODS["hmc"], "toy-gap", {"chains": "2"})
+    meters, iterations, kept = [], [], []
+    charge = BudgetMeter.charge
+    monkeypatch.setattr(BudgetMeter, "charge", lambda self, n: meters.append(self) or charge(self, n))
+    step = hmc.step
+
+    def recorded(state, *args, **kwargs):
+        before = meters[-1].epochs_used
+        new_state, info = step(state, *args, **kwargs)
+        iterations.append((before, state.adaptation is not None, info.gradient_evaluations, meters[-1].epochs_used))
+        return new_state, info
+
+    monkeypatch.setattr(hmc, "step", recorded)
+    add_outputs = PredictiveAccumulator.add_outputs
+    monkeypatch.setattr(PredictiveAccumulator, "add_outputs", lambda self, outputs: kept.append(outputs.shape[0])
+                        or add_outputs(self, outputs))
+    budget, longest = 300, config.chains * math.ceil(config.leapfrog_steps * (1 + config.jitter))
+    fitted = fit("toy-gap", "hmc", budget, settings={"chains": 2})
+    for before, adapting, gradients, after in iterations:
+        assert after - before == pytest.approx(gradients) and budget - before >= longest
+        assert adapting == (before < config.burn_in * budget)
+    assert budget - iterations[-1][3] < longest  # the next iteration could not have finished
+    samples = sum(not adapting for _, adapting, _, _ in iterations)
+    assert kept == [config.chains * samples] and fitted.report["samples_per_chain"] == samples > 0
+
+
+def test_mc_dropout_draws_a_fresh_mask_for_every_example_at_every_step_and_every_predictive_pass(spy, monkeypatch):
+    """One mask per training step, each row (example) its own, and one per predictive pass: none repeats."""
+    config = resolve_config(METHODS["mc-dropout"], "toy-gap")
+    masks = []
+    bernoulli = torch.Tensor.bernoulli_
+
+    def recording(self, *args, **kwargs):
+        bernoulli(self, *args, **kwargs)
+        masks.append(self.clone())
+        return self
+
+    monkeypatch.setattr(torch.Tensor, "bernoulli_", recording)
+    fit("toy-gap", "mc-dropout", 4, settings={"rate": 0.5})
+    steps = 4 * math.ceil(N_TRAIN / config.batch_size)
+    assert spy.steps == steps and len(masks) == steps + config.samples
+    hidden = 50
+    assert all(mask.shape == (config.batch_size, hidden) for mask in masks[:steps])
+    assert all(mask.shape == (121, hidden) for mask in masks[steps:])  # the test inputs
+    for mask in masks:
+        assert len({tuple(row.tolist()) for row in mask}) == mask.shape[0]
+    assert len({tuple(mask.flatten().tolist()) for mask in masks}) == len(masks)
+
+
+def test_hmc_chains_draw_from_distinct_streams(monkeypatch):
+    """Chains start from their own initialisations; and chains started at one point (a network whose factory
+    always gives the same weights) part: their momenta, jitter and Metropolis uniforms are their own."""
+    toy = get_task("toy-gap")
+    starts, positions = [], []
+    init = hmc.init
+    monkeypatch.setattr(hmc, "init", lambda position, *args, **kwargs: starts.append(position.clone())
+                        or init(position, *args, **kwargs))
+    fit("toy-gap", "hmc", 100, settings={"chains": 3})
+    assert torch.cdist(starts[0], starts[0]).fill_diagonal_(float("inf")).min() > 0
+    from approximators import hmc as budgeted
+
+    real = budgeted._test_outputs
+    monkeypatch.setattr(budgeted, "_test_outputs", lambda problem, model, position: (
+        positions.append(position.clone()), real(problem, model, position))[1])
+    one_start = make_task("toy-gap-one-start", toy.x_train, toy.y_train, toy.x_test,
+                          lambda: seeded_module(toy.model_factory, 0), toy.likelihood, toy.prior_variance)
+    fit(one_start, "hmc", 300, settings={"chains": 3})
+    assert torch.equal(starts[1][0], starts[1][1]) and torch.equal(starts[1][0], starts[1][2])
+    assert torch.cdist(positions[-1], positions[-1]).fill_diagonal_(float("inf")).min() > 0
