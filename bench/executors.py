@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NoReturn
 
-from bench.errors import (EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError, ConfigError, FailedElsewhere,
-                          describe_failure)
+from bench.errors import (COMMAND_LINE, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError, ConfigError,
+                          FailedElsewhere, Spelling, describe_failure)
 
 if TYPE_CHECKING:  # the real import would load torch before a worker has set its thread variables
     from bench.runner import RunSpec
@@ -76,17 +76,19 @@ def attempt(spec: "RunSpec", on_progress: Callable[[float], None] | None = None)
         return Outcome(None, code, line)
 
 
-def check_methods(methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]]) -> Outcome:
+def check_methods(methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]],
+                  spelling: Spelling = COMMAND_LINE) -> Outcome:
     """Loads ``methods`` (as ``--method`` names them) and resolves each one's settings for every ``(task,
     overrides)`` of ``cases``: what the command's own process does next with someone else's code, done here
-    first, so that what cannot be caught there (``os._exit`` at import, a crash) is reported as the method's."""
+    first, so that what cannot be caught there (``os._exit`` at import, a crash) is reported as the method's.
+    ``spelling``: how a failure names what was given, as the caller's own process would."""
     from approximators import resolve_config, resolve_method
 
     try:
         for given in methods:
-            method = resolve_method(given)
+            method = resolve_method(given, spelling)
             for task, overrides in cases:
-                resolve_config(method, task, dict(overrides))
+                resolve_config(method, task, dict(overrides), spelling)
     except Exception as error:
         code, line = describe_failure(error)
         return Outcome(None, code, line)
@@ -94,7 +96,7 @@ def check_methods(methods: list[str], cases: list[tuple[str, tuple[tuple[str, st
 
 
 def check_isolated(methods: list, cases: list[tuple[str, tuple[tuple[str, str], ...]]], threads: int = 1,
-                   isolated: "Isolated | None" = None) -> None:
+                   isolated: "Isolated | None" = None, spelling: Spelling = COMMAND_LINE) -> None:
     """:func:`check_methods` for those of ``methods`` that :func:`isolates`, in a process of their own (``isolated``,
     else a new one), before this process loads them: a failure there is raised here as
     :class:`~bench.errors.FailedElsewhere`, one line, whatever ended it."""
@@ -104,7 +106,7 @@ def check_isolated(methods: list, cases: list[tuple[str, tuple[tuple[str, str], 
     with contextlib.ExitStack() as stack:
         if isolated is None:
             isolated = stack.enter_context(Isolated(foreign[0], threads))
-        outcome = isolated.check(foreign, cases)
+        outcome = isolated.check(foreign, cases, spelling)
     if outcome.exit_code:
         raise FailedElsewhere(outcome.exit_code, outcome.failure)
 
@@ -304,9 +306,10 @@ class Isolated:
         """Runs ``spec`` there; its outcome, the process's death included."""
         return self._ask(("run", spec, on_progress is not None), spec, on_progress)
 
-    def check(self, methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]]) -> Outcome:
+    def check(self, methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]],
+              spelling: Spelling = COMMAND_LINE) -> Outcome:
         """:func:`check_methods` there."""
-        return self._ask(("check", methods, cases), None, None, loading=", ".join(methods))
+        return self._ask(("check", methods, cases, spelling), None, None, loading=", ".join(methods))
 
     def _ask(self, request, spec, on_progress, loading: str | None = None) -> Outcome:
         try:

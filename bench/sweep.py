@@ -92,7 +92,7 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
     task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
     if isolate:
         executors.check_isolated(methods, [(task, variant.overrides) for variant in variants(settings)
-                                           for task in task_list], isolated=isolated)
+                                           for task in task_list], isolated=isolated, spelling=spelling)
     resolved: dict[str, tuple[object, type]] = {}
     for given in dict.fromkeys(methods):
         method = resolve_method(given, spelling)

@@ -133,3 +133,16 @@ def test_a_thread_left_running_in_this_process_does_not_keep_the_command_alive(t
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert (records.run_folder(tmp_path / "runs", "toy-gap", "leaves-thread", 2, 0) / records.RESULT).exists()
+
+
+def test_the_isolated_check_names_what_was_given_as_the_caller_spells_it(tmp_path, site):
+    """The import and settings checked in the method's own process say `settings['lr']` to a Python caller
+    (bench.api's sweep), `--set lr` on the command line, as the caller's own process would."""
+    from bench import sweep
+    from bench.errors import PYTHON, FailedElsewhere
+
+    with pytest.raises(FailedElsewhere, match=r"settings\['lr'\]"):
+        sweep.plan(["uncatchable:ChangesDirectory"], ["toy-gap"], [2], [0], [("lr", "fast")], tmp_path,
+                   spelling=PYTHON)
+    with pytest.raises(FailedElsewhere, match="--set lr"):
+        sweep.plan(["uncatchable:ChangesDirectory"], ["toy-gap"], [2], [0], [("lr", "fast")], tmp_path)
