@@ -23,7 +23,8 @@ from approximators.sae import SequentialAnchoredEnsemble
 from approximators.sgld import StochasticGradientLangevin
 from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
 from approximators.vogn import VOGN
-from bench.errors import COMMAND_LINE, ConfigError, MethodFailed, Spelling
+from approximators.boundary import exit_call, guarded
+from bench.errors import COMMAND_LINE, ConfigError, Spelling, text_of
 
 METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
@@ -70,24 +71,25 @@ def load_method(spec: str, spelling: Spelling = COMMAND_LINE) -> type[Approximat
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigError(f"{given}: write a method outside bdl-bench as package.module:ClassName")
-    try:
-        target = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and (module_name + ".").startswith(error.name + "."):  # the named module is absent
-            raise ConfigError(f"{given}: cannot import {module_name} ({error})") from None
-        raise MethodFailed(f"{given}: importing {module_name} failed (ModuleNotFoundError: {error})") \
-            from error
-    except (KeyboardInterrupt, MemoryError):
-        raise
-    except (Exception, SystemExit) as error:  # the module's own code failing at import: its failure, in one line
-        what = f"exited (sys.exit({error.code!r}))" if isinstance(error, SystemExit) else \
-            f"failed ({type(error).__name__}: {error})"
-        raise MethodFailed(f"{given}: importing {module_name} {what}") from error
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ConfigError(f"{given}: {module_name} has no {attribute}")
-        target = getattr(target, part)
-    return _checked(target, spec)
+    def failed(error: BaseException) -> str:  # the module's own code failing at import: its failure, in one line
+        what = f"exited ({exit_call(error)})" if isinstance(error, SystemExit) else \
+            f"failed ({type(error).__name__}: {text_of(error)})"
+        return f"{given}: importing {module_name} {what}"
+
+    with guarded(spec, "import", failed):
+        try:
+            target = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and (module_name + ".").startswith(error.name + "."):  # the module is absent
+                raise ConfigError(f"{given}: cannot import {module_name} ({error})") from None
+            raise
+    with guarded(spec, "class", lambda error: f"{given}: reading {attribute} from {module_name} failed "
+                                              f"({type(error).__name__}: {text_of(error)})"):
+        for part in attribute.split("."):
+            if not hasattr(target, part):
+                raise ConfigError(f"{given}: {module_name} has no {attribute}")
+            target = getattr(target, part)
+        return _checked(target, spec)
 
 
 def installed_methods() -> dict[str, importlib.metadata.EntryPoint]:

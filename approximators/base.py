@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import typing
 from dataclasses import dataclass
 from typing import Callable, ClassVar
@@ -174,6 +175,13 @@ def check_footprint(approximator: "Approximator", budget: float, n_train: int, n
                     device: torch.device) -> None:
     """Plan before allocating: one line when what the settings and budget imply cannot fit in ``device``'s memory."""
     footprint = approximator.footprint(budget, n_train)
+    counts = ("networks", "schedule_steps", "kept")
+    if type(footprint) is not Footprint or not all(
+            type(getattr(footprint, count)) is int and getattr(footprint, count) >= 0 for count in counts):
+        from approximators.boundary import method_fault
+
+        method_fault(type(approximator), f"method {approximator.name!r}: its footprint must be a Footprint of "
+                                         f"whole numbers >= 0 ({', '.join(counts)}); got {shown(footprint)}")
     needed, available = footprint.bytes(n_params), device_memory(device)
     if needed > available:
         held = [f"trains {footprint.networks:,} {footprint.what}(s) of {n_params:,} parameters together"]
@@ -350,6 +358,64 @@ def check_settings(method: str, config) -> None:
                               f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
 
 
+def fits_setting_type(value: object, kind: type) -> bool:
+    """Whether ``value`` is a setting of the declared ``kind`` as ``--set`` would give it: a whole number for a float
+    too, never a bool for a number (``True`` is an ``int`` to Python, not a count)."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
+def _declared_value_fits(value: object, kind: type) -> bool:
+    """:func:`fits_setting_type`, and a whole number as ``--set`` would take it: within 64 bits for an int setting,
+    within a float's range for a float one."""
+    if not fits_setting_type(value, kind):
+        return False
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -2**63 <= value < 2**63 if kind is int else abs(value) <= sys.float_info.max
+    return True
+
+
+def setting_types(config_class: type) -> dict[str, type]:
+    """Each setting's declared type, by name (the dataclass's fields; class variables such as ``BOUNDS`` are none)."""
+    hints = typing.get_type_hints(config_class)
+    return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
+
+
+def check_declared_settings(method: type[Approximator], hints: dict[str, type]) -> None:
+    """A method's own ``TASK_DEFAULTS`` hold, for each task, values of its settings of their declared types (checked
+    before any work, as ``--set`` values are parsed): a wrong one is the method's failure (exit 4 for a plugin)."""
+    from approximators.boundary import method_fault
+
+    declared = method.TASK_DEFAULTS
+    if not isinstance(declared, dict):
+        method_fault(method, f"method {method.name!r}: TASK_DEFAULTS must be a dict from task names to dicts of "
+                             f"settings, not a {type(declared).__name__}")
+    for task, values in declared.items():
+        if not isinstance(values, dict):
+            method_fault(method, f"method {method.name!r}: TASK_DEFAULTS[{shown(task)}] must be a dict of settings, "
+                                 f"not a {type(values).__name__}")
+        for key, value in values.items():
+            where = f"method {method.name!r}: TASK_DEFAULTS[{shown(task)}][{shown(key)}]"
+            if key not in hints:
+                method_fault(method, f"{where} is not one of its settings ({', '.join(hints)})")
+            if not _declared_value_fits(value, hints[key]):
+                method_fault(method, f"{where} is {shown(value)}, not a {hints[key].__name__} as its setting {key} is "
+                                     "declared (a whole number of 64 bits at most)")
+
+
+def check_config_types(method: type[Approximator], config) -> None:
+    """Every field of a config the method built holds a value of its declared type (the method's failure if not)."""
+    from approximators.boundary import method_fault
+
+    hints = setting_types(type(config))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if not _declared_value_fits(value, hints[field.name]):
+            method_fault(method, f"method {method.name!r}: its setting {field.name} is {shown(value)}, not a "
+                                 f"{hints[field.name].__name__} as declared (a whole number of 64 bits at most)")
+
+
 def recorded_config(method: type[Approximator], values: dict):
     """The method's config from the values a run record holds (JSON: each of its field's type, a whole number for a
     float allowed), checked as ``--set`` values are (:func:`check_settings`: bounds, choices, order), or one
@@ -357,9 +423,7 @@ def recorded_config(method: type[Approximator], values: dict):
     settings)."""
     hints = typing.get_type_hints(method.Config)
     unknown = [key for key in values if key not in hints]
-    wrong = [key for key, value in values.items() if key in hints and not (
-        isinstance(value, hints[key]) and not (isinstance(value, bool) and hints[key] is not bool)
-        or (hints[key] is float and isinstance(value, int) and not isinstance(value, bool)))]
+    wrong = [key for key, value in values.items() if key in hints and not fits_setting_type(value, hints[key])]
     if unknown or wrong:
         raise ConfigError(f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)}")
     from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
@@ -373,18 +437,34 @@ def recorded_config(method: type[Approximator], values: dict):
 def resolve_config(method: type[Approximator], task: str, overrides: dict[str, str] | None = None,
                    spelling: Spelling = COMMAND_LINE):
     """The method's config for ``task``: class defaults, then per-task defaults, then ``overrides``
-    (strings, as ``--set`` gives them, parsed by each field's declared type; ``spelling``: how a failure names them)."""
-    hints = typing.get_type_hints(method.Config)
-    names = [f.name for f in dataclasses.fields(method.Config)]
-    values = dict(method.TASK_DEFAULTS.get(task, {}))
+    (strings, as ``--set`` gives them, parsed by each field's declared type; ``spelling``: how a failure names them).
+
+    The method's own values (class and task defaults) are checked first, as ``--set`` values are (type, bounds,
+    choices, order): a wrong one is the method's failure, not the user's input."""
+    from approximators.boundary import method_fault, users_code  # here: the boundary is a leaf module
+
+    values = {}
+    try:
+        with users_code(method, "settings"):
+            hints = setting_types(method.Config)
+            check_declared_settings(method, hints)
+            values = dict(method.TASK_DEFAULTS.get(task, {}))
+            config = method.Config(**values)
+            check_config_types(method, config)
+            check_settings(method.name, config)
+    except ConfigError as error:  # no --set value is in it yet
+        method_fault(method, f"{error} (the method's own default{' on ' + task if values else ''}, not a --set value)")
+    names = list(hints)
+    parsed = {}
     for key, raw in (overrides or {}).items():
         if key not in names:
             raise ConfigError(f"method {method.name!r} has no setting {key!r}; its settings: {', '.join(names)}")
-        values[key] = _parse(key, raw, hints[key], spelling)
-    from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
-
+        parsed[key] = _parse(key, raw, hints[key], spelling)
+    if not parsed:
+        return config
     with users_code(method, "settings"):
-        config = method.Config(**values)
+        config = method.Config(**{**values, **parsed})
+        check_config_types(method, config)
         check_settings(method.name, config)
     return config
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
@@ -14,8 +15,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench.budget import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS, check_planned_epochs
-from bench import records
-from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, MethodFailed, describe_failure
+from bench import entry, records
+from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, FailedElsewhere, MethodFailed,
+                          describe_failure, terminal_text)
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -360,76 +362,112 @@ def _add_cache(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_run(args) -> int:
     from approximators import get_method, resolve_config
-    from bench import records
+    from bench import executors, records
     from bench.progress import Progress, run_title
     from bench.runner import RunSpec, check_label, resolve_device, run
     from bench.tasks import default_task_names, get_task
 
-    method = get_method(args.method)
     check_label(args.label)
+    # Paths are fixed before any of the method's code runs: a working directory it changes moves nothing we write.
+    out, cache = args.out.absolute(), args.cache and args.cache.absolute()
     # Each task once, under its own name (a repeated or aliased --task would train twice into one folder).
-    tasks = list(dict.fromkeys(get_task(task, args.cache).name for task in args.task or default_task_names()))
+    tasks = list(dict.fromkeys(get_task(task, cache).name for task in args.task or default_task_names()))
     keys = [key for key, _ in args.overrides]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
         raise BenchError(f"--set {repeated[0]} given more than once; give each setting one value")
-    seeds = list(dict.fromkeys(args.seeds or [0]))
-    runs, earlier = [], []
-    for task in tasks:  # fail on any bad setting or conflicting run before the first run trains
-        config = asdict(resolve_config(method, task, dict(args.overrides)))
-        for seed in seeds:
-            folder = records.run_folder(args.out, task, method.name, args.budget, seed)
-            # The same run finished before (same configuration) is shown, not trained again, as sweep does; a
-            # finished run of another configuration is refused in one line.
-            if not args.force and records.finished_with(folder, config):
-                earlier.append(folder)
-            else:
-                runs.append((task, seed))
-    resolve_device(args.device)
-    rows = [_earlier_row(folder) for folder in earlier]
-    with Progress(len(runs), args.quiet, f"{args.method} @ {args.budget:g} epochs") as progress:
-        for task, seed in runs:
-            title = run_title(task, method.name, args.budget, seed)
-            with progress.epochs(title, args.budget) as on_progress:
-                result = run(RunSpec(task=task, method=args.method, budget=args.budget, seed=seed,
-                                     device=args.device, out=args.out, overrides=tuple(args.overrides),
-                                     force=args.force, cache=args.cache, label=args.label,
-                                     command=args.command_line), on_progress=on_progress)
-            progress.finished(title, failed=False)
-            rows.append(_summary_row(result))
+    with contextlib.ExitStack() as stack:
+        isolated = None
+        if executors.isolates(args.method) and not args.debug:  # someone else's code runs in a process of its own
+            isolated = stack.enter_context(executors.Isolated(args.method, args.threads))
+            executors.check_isolated([args.method], [(task, tuple(args.overrides)) for task in tasks],
+                                     isolated=isolated)
+        method = get_method(args.method)
+        seeds = list(dict.fromkeys(args.seeds or [0]))
+        runs, earlier = [], []
+        for task in tasks:  # fail on any bad setting or conflicting run before the first run trains
+            config = asdict(resolve_config(method, task, dict(args.overrides)))
+            for seed in seeds:
+                folder = records.run_folder(out, task, method.name, args.budget, seed)
+                # The same run finished before (same configuration) is shown, not trained again, as sweep does; a
+                # finished run of another configuration is refused in one line.
+                if not args.force and records.finished_with(folder, config):
+                    earlier.append(folder)
+                else:
+                    runs.append((task, seed))
+        resolve_device(args.device)
+        rows = [_earlier_row(folder) for folder in earlier]
+        with Progress(len(runs), args.quiet, f"{args.method} @ {args.budget:g} epochs") as progress:
+            for task, seed in runs:
+                title = run_title(task, method.name, args.budget, seed)
+                spec = RunSpec(task=task, method=args.method, budget=args.budget, seed=seed, device=args.device,
+                               out=out, overrides=tuple(args.overrides), force=args.force, cache=cache,
+                               label=args.label, command=args.command_line)
+                with progress.epochs(title, args.budget) as on_progress:
+                    if isolated is None:
+                        result = run(spec, on_progress=on_progress)
+                    else:
+                        outcome = isolated.attempt(spec, on_progress)
+                        if outcome.result is None:
+                            raise FailedElsewhere(outcome.exit_code, outcome.failure)
+                        result = outcome.result
+                progress.finished(title, failed=False)
+                rows.append(_summary_row(result))
     _print_tables(rows)
     if earlier:
         print(f"{len(earlier)} run(s) finished earlier with the same settings, shown from their records "
               f"(--force trains them again)")
-    print(f"results written under {args.out}/")
+    print(f"results written under {terminal_text(args.out)}/")
     return 0
 
 
 def _print_tables(rows: list[dict]) -> None:
     """:func:`_summary_row` rows, one table per kind of task (their metrics differ)."""
     for kind in ("regression", "classification"):
-        table = [{k: v for k, v in row.items() if k != "kind"} for row in rows if row["kind"] == kind]
+        table = [{k: _cell(v) for k, v in row.items() if k != "kind"} for row in rows if row["kind"] == kind]
         if table:
             print(tabulate(table, headers="keys", floatfmt=".4f"))
 
 
+LINE_CHARS = 2000
+"""The most characters of a table cell or a whole line we print that carries outside text (a method's summary, a
+verification's folder and detail): our own longest, a method's every setting, stays whole."""
+
+
+def _cell(value):
+    """A table cell: text as :func:`~bench.errors.terminal_text` shows it (no terminal escape, bidirectional override
+    or line break from a method's summary, a record or a path reaches the terminal or splits a row); numbers as they
+    are."""
+    return value if value is None or isinstance(value, (int, float)) else terminal_text(value, LINE_CHARS)
+
+
 def _cmd_sweep(args) -> int:
-    from bench import records, sweep
+    from bench import executors, records, sweep
 
     if not args.submit and (args.db is not None or args.name is not None or args.notes is not None):
         raise BenchError("--db, --name and --notes say where and as whom --submit submits; add --submit")
+    if args.submit:  # who submits is checked before a run trains, not after the last one
+        from leaderboard.submission import check_submitter
+
+        check_submitter(_submitter(args.name), args.notes or "")
     sweep.check_executor(args.executor, args.workers, args.threads, args.ray_address)
-    runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds or [0], args.overrides, args.out,
-                      args.device, args.cache, args.command_line, args.force)
-    skipped = sum(run.finished for run in runs)
-    print(f"sweep: {len(runs)} run{'s' if len(runs) != 1 else ''}, {skipped} finished earlier (skipped), "
-          f"{len(runs) - skipped} to train")
-    try:
-        outcomes = sweep.execute(runs, args.executor, args.workers, args.threads, args.ray_address, args.quiet)
-    except KeyboardInterrupt:
-        print("error: interrupted; finished runs are complete and unfinished ones were not written; run the same "
-              "command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    foreign = [method for method in args.methods if executors.isolates(method)]
+    with contextlib.ExitStack() as stack:
+        # Someone else's code is loaded first in a process of its own, which then runs its runs (on this machine).
+        spare = stack.enter_context(executors.Isolated(foreign[0], args.threads)) \
+            if foreign and not args.debug and args.executor == "local" else None
+        runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds or [0], args.overrides, args.out,
+                          args.device, args.cache, args.command_line, args.force, isolate=not args.debug,
+                          isolated=spare)
+        skipped = sum(run.finished for run in runs)
+        print(f"sweep: {len(runs)} run{'s' if len(runs) != 1 else ''}, {skipped} finished earlier (skipped), "
+              f"{len(runs) - skipped} to train")
+        try:
+            outcomes = sweep.execute(runs, args.executor, args.workers, args.threads, args.ray_address, args.quiet,
+                                     isolate=not args.debug, spare=spare)
+        except KeyboardInterrupt:
+            print(interrupted_line("sweep"), file=sys.stderr)
+            return EXIT_INTERRUPTED
     finished = [run for run in runs if run.finished or outcomes[run].result is not None]
     rows = [{**({"variant": run.variant} if run.variant else {}),
              **_summary_row(outcomes[run].result if run in outcomes else records.read_result(run.folder)),
@@ -437,14 +475,14 @@ def _cmd_sweep(args) -> int:
     _print_tables(rows)
     failed = [run for run in runs if run in outcomes and outcomes[run].result is None]
     print(f"{len(finished) - skipped} trained, {skipped} finished earlier, {len(failed)} failed; "
-          f"results under {args.out}/")
+          f"results under {terminal_text(args.out)}/")
     if args.submit and finished:
         from leaderboard import submission
 
         name = _submitter(args.name)
         _store([submission.score_run(run.folder, name, args.notes or "", args.cache) for run in finished], args.db)
     for run in failed:
-        print(f"error: {run.folder}: {outcomes[run].failure}", file=sys.stderr)
+        print(f"error: {terminal_text(run.folder)}: {terminal_text(outcomes[run].failure)}", file=sys.stderr)
     if failed:
         print(f"error: {len(failed)} of {len(runs)} runs failed (each named above); run the same command again to "
               "retry them", file=sys.stderr)
@@ -532,14 +570,14 @@ def _cmd_tasks(args) -> int:
                 for name in COMPETITION]
     print()
     print(_wrapped(details, {"what": 40, "test blocks": 30, "data": 50}))
-    print(f"\ncompetition tasks are read from the cache {resolve_cache(args.cache)}")
+    print(f"\ncompetition tasks are read from the cache {terminal_text(resolve_cache(args.cache))}")
     return 0
 
 
 def _wrapped(rows: list[dict], widths: dict[str, int]) -> str:
     """A table of ``rows`` whose columns named in ``widths`` wrap at that many characters (a terminal stays readable)."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    return tabulate([[row.get(column, "") for column in columns] for row in rows], headers=columns,
+    return tabulate([[_cell(row.get(column, "")) for column in columns] for row in rows], headers=columns,
                     maxcolwidths=[widths.get(column) for column in columns])
 
 
@@ -579,7 +617,7 @@ def _cmd_fetch(args) -> int:
             print(f"{name}: already fetched and unchanged (every array's sha256 checked); --force fetches again")
             continue
         shapes = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in manifest["arrays"].items())
-        print(f"{name}: fetched into {resolve_cache(args.cache) / 'tasks' / name} ({shapes}; reference "
+        print(f"{name}: fetched into {terminal_text(resolve_cache(args.cache) / 'tasks' / name)} ({shapes}; reference "
               f"{manifest['reference']['key']} {tuple(manifest['reference']['shape'])})")
         print(describe_fetch(manifest))
     return 0
@@ -590,8 +628,8 @@ def _cmd_export(args) -> int:
 
     sources = export_submission(args.runs, args.out, args.cache, args.force)
     for name, folder in sources.items():
-        print(f"{name} <- {folder}")
-    print(f"wrote {args.out}")
+        print(f"{name} <- {terminal_text(folder)}")
+    print(f"wrote {terminal_text(args.out)}")
     return 0
 
 
@@ -682,10 +720,10 @@ def _cmd_reference(args) -> int:
             if args.install:
                 store.register(task.name, entry)
     except KeyboardInterrupt:  # the checkpoints stay (the claim removes them only once the reference is written)
-        print(f"error: interrupted; each chain's progress is kept in {args.checkpoints / task.name} (at most a minute "
+        print(f"error: interrupted; each chain's progress is kept in {terminal_text(args.checkpoints / task.name)} (at most a minute "
               f"of sampling per chain is lost): run the same command again to continue", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"wrote {folder / (task.name + '.npz')} (sha256 {entry['npz_sha256']})"
+    print(f"wrote {terminal_text(folder / (task.name + '.npz'))} (sha256 {entry['npz_sha256']})"
           + (" and updated the registry" if args.install else ""))
     return 0
 
@@ -742,10 +780,10 @@ def _store(rows: list, db: Path | None) -> None:
     with Store(db) as store:
         added, present = store.insert(rows)
     for row in added:
-        print(f"added: {row.describe()}")
+        print(f"added: {terminal_text(row.describe())}")
     for row in present:
-        print(f"already on the leaderboard: {row.describe()}")
-    print(f"{len(added)} added, {len(present)} already present, in {db}")
+        print(f"already on the leaderboard: {terminal_text(row.describe())}")
+    print(f"{len(added)} added, {len(present)} already present, in {terminal_text(db)}")
 
 
 def _cmd_leaderboard(args) -> int:
@@ -765,7 +803,7 @@ def _cmd_leaderboard(args) -> int:
     text = render(rows, args.format)
     if args.output:
         atomic_write_bytes(args.output, text.encode(), "the --output file")
-        print(f"wrote {args.output}")
+        print(f"wrote {terminal_text(args.output)}")
     else:
         sys.stdout.write(text)
     return 0
@@ -781,7 +819,7 @@ def _cmd_check(args) -> int:
                                budgets=gate.budget_options(args.budget), settings=gate.setting_options(args.settings),
                                max_epochs=args.max_epochs)
         print(gate.describe_baseline(baseline))
-        print(f"wrote {args.baseline}")
+        print(f"wrote {terminal_text(args.baseline)}")
         return 0
     if args.seeds is not None:
         raise BenchError("--seeds chooses what --update measures; a check reruns the baseline's seeds")
@@ -802,29 +840,56 @@ def _cmd_verify(args) -> int:
     check_planned_epochs(_claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
     results = [verify(folder, args.cache, args.method) for folder in folders]
     for result in results:
-        print(result.line())
+        print(terminal_text(result.line(), LINE_CHARS))
     failed = sum(not r.passed for r in results)
     print(f"{len(results) - failed} of {len(results)} runs verified")
     return 1 if failed else 0
 
 
+INTERRUPTED = {
+    "run": "finished runs are complete, the interrupted one was not written",
+    "sweep": "finished runs are complete and unfinished ones were not written; run the same command again to resume",
+    "submit": "a submission is stored whole or not at all: the leaderboard holds every run of it or none",
+    "leaderboard": "the database was only read, and --output is written whole or not at all",
+    "fetch": "the task's cached data is as it was (a fetch puts it in place only once complete); run the same "
+             "command again and the downloads continue where they stopped",
+    "export-submission": "the zip is written whole or not at all",
+    "check": "nothing was written (--update writes the baseline only once every measurement is done)",
+    "verify": "verify changes no run; nothing was written",
+    "reference": "no reference was written",
+}
+"""What an interrupted command left, by command (``tasks`` and ``methods`` only read: nothing to say)."""
+
+
+def interrupted_line(command: str | None) -> str:
+    """The one line of a command interrupted by Ctrl-C (or SIGTERM where the command stops on it)."""
+    left = INTERRUPTED.get(command)
+    return "error: interrupted" + (f"; {left}" if left else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line's one error boundary: every failure ends as one line on stderr and an exit code
-    (:mod:`bench.errors`); ``--debug`` anywhere in ``argv`` (or ``BDL_BENCH_DEBUG=1``) lets it raise instead."""
+    (:mod:`bench.errors`); ``--debug`` anywhere in ``argv`` (or ``BDL_BENCH_DEBUG=1``) lets it raise instead.
+    Any failure after Ctrl-C arrived (:data:`bench.entry.interrupt_arrived`: a library that caught the interrupt
+    in the middle of an import fails later in its own way) is reported as the interrupt (exit 130)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command_line = " ".join([_program(), *map(shlex.quote, argv)])
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
+    parsed = argparse.Namespace(command=None)
     try:
-        return _dispatch(argv, command_line)
+        return _dispatch(argv, command_line, debug, parsed)
     except Exception as error:
+        if entry.interrupt_arrived():
+            print(interrupted_line(parsed.command), file=sys.stderr)
+            return EXIT_INTERRUPTED
         if debug:
             raise
         code, line = describe_failure(error)
         print(f"error: {line}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        print("error: interrupted; finished runs are complete, the interrupted one was not written", file=sys.stderr)
+        print(interrupted_line(parsed.command), file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
@@ -846,14 +911,16 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _dispatch(argv: list[str], command_line: str) -> int:
+def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.Namespace) -> int:
+    """Parses ``argv`` (into ``parsed``, which says the command to an interrupt's line) and runs its command."""
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["run", *argv]
     parser = build_parser(_program())
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(argv, namespace=parsed)
     if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = command_line  # stored in every result record: how the run was asked for
+    args.debug = debug  # with --debug a method that is not bdl-bench's runs in this process, for its traceback
     if args.command is None:
         parser.print_help()
         return 2

@@ -60,7 +60,21 @@ class TrainingDiverged(BenchError):
 
 class MethodFailed(Exception):
     """A method that is not bdl-bench's raised, or called ``sys.exit``, in its own code: its failure, reported as
-    its own (exit 4), never as a bug in bdl-bench. Raised by :func:`approximators.boundary.users_code`."""
+    its own (exit 4), never as a bug in bdl-bench. Raised by :func:`approximators.boundary.users_code`.
+    ``exit_code``: 4, or 3 when what it ran into is the machine's refusal (memory, a full disk)."""
+
+    def __init__(self, line: str, exit_code: int = EXIT_METHOD):
+        super().__init__(line)
+        self.exit_code = exit_code
+
+
+class FailedElsewhere(Exception):
+    """A failure already described, as its exit code and one line, by the process it happened in (a worker that
+    ran a method in isolation, :mod:`bench.executors`)."""
+
+    def __init__(self, exit_code: int, line: str):
+        super().__init__(line)
+        self.exit_code = exit_code
 
 
 class DamagedFile(BenchError):
@@ -121,31 +135,83 @@ _OS_ADVICE = {
 }
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
+"""What an operating system error says when the machine refused (a full disk, no memory, no file handles left),
+whoever's code asked: exit 3 even in a method's own code, where any other operating system error is its own."""
+
+SHOWN_TEXT_CHARS = 500
+"""The most characters of text from outside (an exception's message, a path, a method's summary) that one error
+line or table cell shows."""
+
+
+def text_of(value: object) -> str:
+    """``str(value)``, whatever ``value``'s ``__str__`` does (raises, returns no string): a method's exception is
+    someone else's object."""
+    try:
+        text = str(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # its __str__ raised: say so, and what it is
+        return f"<a {type(value).__name__} whose str() raised {type(error).__name__}>"
+    return text if type(text) is str else f"<a {type(value).__name__}>"
+
+
+def terminal_text(value: object, limit: int = SHOWN_TEXT_CHARS) -> str:
+    """Text from outside as a terminal may show it: every character that is not printable (a line break, a tab,
+    a terminal escape, a bidirectional override, a lone surrogate) as its Python escape (``\\x1b``,
+    ``\\u202e``), and at most ``limit`` characters, a longer text cut with ``...`` and its length. The one
+    rule for every error line and table cell that carries such text; applied twice, it changes nothing more."""
+    text = text_of(value)
+    shown, length = [], 0
+    for position, ch in enumerate(text):
+        piece = ch if ch.isprintable() else repr(ch)[1:-1]
+        if length + len(piece) > limit:
+            tail = f"... ({len(text):,} characters in all)"
+            while shown and length + len(tail) > limit:
+                length -= len(shown.pop())
+            return "".join(shown) + tail
+        shown.append(piece)
+        length += len(piece)
+    return "".join(shown)
+
+
+EMBEDDED_TEXT_CHARS = 300
+"""The most of an outside text (a message, a path) one of our lines embeds before its own advice, which the line's
+:data:`SHOWN_TEXT_CHARS` must not cut."""
+
+
+def _flat(text: object, limit: int = EMBEDDED_TEXT_CHARS) -> str:
+    """``text`` on one line (every run of white space one space), at most ``limit`` characters shown."""
+    return terminal_text(" ".join(text_of(text).split()), limit)
 
 
 def describe_failure(error: BaseException) -> tuple[int, str]:
-    """``(exit code, one line)`` for any failure, the line naming the file or setting and what to do."""
-    if isinstance(error, MethodFailed):
-        return EXIT_METHOD, _one_line(error)
+    """``(exit code, one line)`` for any failure, the line naming the file or setting and what to do; any text it
+    carries from outside is shown as :func:`terminal_text` shows it."""
+    code, line = _described(error)
+    return code, _flat(line, SHOWN_TEXT_CHARS)
+
+
+def _described(error: BaseException) -> tuple[int, str]:
+    if isinstance(error, (MethodFailed, FailedElsewhere)):
+        return error.exit_code, text_of(error)
     if isinstance(error, BenchError):
-        return EXIT_BAD_INPUT, _one_line(error)
+        return EXIT_BAD_INPUT, text_of(error)
     if isinstance(error, MemoryError):
         return EXIT_ENVIRONMENT, ("out of memory; lower the batch size, the members or chains, or the budget, "
                                   "or use a machine with more memory")
     if isinstance(error, OSError) and error.errno is not None:
-        where = f"{error.filename}: " if error.filename is not None else ""
-        advice = _OS_ADVICE.get(error.errno, _one_line(error.strerror or error))
+        where = f"{_flat(error.filename)}: " if error.filename is not None else ""
+        advice = _OS_ADVICE.get(error.errno, _flat(error.strerror or error))
         return EXIT_ENVIRONMENT, f"{where}{advice}"
     if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
         return EXIT_ENVIRONMENT, ("the leaderboard database is locked by another process for longer than the "
                                   "wait allows; run again when it has finished")
     if isinstance(error, sqlite3.OperationalError) and ("disk" in str(error) or "full" in str(error)):
-        return EXIT_ENVIRONMENT, (f"the leaderboard database could not be written ({_one_line(error)}); free some "
+        return EXIT_ENVIRONMENT, (f"the leaderboard database could not be written ({_flat(error)}); free some "
                                   "space and run again (nothing was committed)")
     if isinstance(error, sqlite3.DatabaseError):
         return EXIT_BAD_INPUT, (f"the leaderboard database is damaged or not a bdl-bench database "
-                                f"({_one_line(error)}); restore it from a copy or choose another with --db")
-    return EXIT_INTERNAL, (f"internal error, a bug in bdl-bench: {type(error).__name__}: {_one_line(error)}; "
+                                f"({_flat(error)}); restore it from a copy or choose another with --db")
+    return EXIT_INTERNAL, (f"internal error, a bug in bdl-bench: {type(error).__name__}: {_flat(error)}; "
                            "please report it to the maintainers with the traceback that --debug shows")

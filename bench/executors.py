@@ -25,9 +25,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, NoReturn
 
-from bench.errors import EXIT_ENVIRONMENT, EXIT_INTERNAL, BenchError, ConfigError, describe_failure
+from bench.errors import (COMMAND_LINE, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError, ConfigError,
+                          FailedElsewhere, Spelling, describe_failure)
 
 if TYPE_CHECKING:  # the real import would load torch before a worker has set its thread variables
     from bench.runner import RunSpec
@@ -75,20 +76,85 @@ def attempt(spec: "RunSpec", on_progress: Callable[[float], None] | None = None)
         return Outcome(None, code, line)
 
 
+def check_methods(methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]],
+                  spelling: Spelling = COMMAND_LINE) -> Outcome:
+    """Loads ``methods`` (as ``--method`` names them) and resolves each one's settings for every ``(task,
+    overrides)`` of ``cases``: what the command's own process does next with someone else's code, done here
+    first, so that what cannot be caught there (``os._exit`` at import, a crash) is reported as the method's.
+    ``spelling``: how a failure names what was given, as the caller's own process would."""
+    from approximators import resolve_config, resolve_method
+
+    try:
+        for given in methods:
+            method = resolve_method(given, spelling)
+            for task, overrides in cases:
+                resolve_config(method, task, dict(overrides), spelling)
+    except Exception as error:
+        code, line = describe_failure(error)
+        return Outcome(None, code, line)
+    return Outcome(None)
+
+
+def check_isolated(methods: list, cases: list[tuple[str, tuple[tuple[str, str], ...]]], threads: int = 1,
+                   isolated: "Isolated | None" = None, spelling: Spelling = COMMAND_LINE) -> None:
+    """:func:`check_methods` for those of ``methods`` that :func:`isolates`, in a process of their own (``isolated``,
+    else a new one), before this process loads them: a failure there is raised here as
+    :class:`~bench.errors.FailedElsewhere`, one line, whatever ended it."""
+    foreign = [method for method in dict.fromkeys(methods) if isolates(method)]
+    if not foreign:
+        return
+    with contextlib.ExitStack() as stack:
+        if isolated is None:
+            isolated = stack.enter_context(Isolated(foreign[0], threads))
+        outcome = isolated.check(foreign, cases, spelling)
+    if outcome.exit_code:
+        raise FailedElsewhere(outcome.exit_code, outcome.failure)
+
+
+def isolates(method: object) -> bool:
+    """Whether a run of ``method`` (as a run spec holds it) runs in a process of its own, away from the command's:
+    a method that is not bdl-bench's given by name (``package.module:ClassName`` or an installed one's name). A
+    class given from Python runs in the caller's process (a notebook's class may not be importable elsewhere)."""
+    from approximators import METHODS
+
+    return isinstance(method, str) and method not in METHODS
+
+
 def run_in_process(specs: Iterable["RunSpec"], threads: int, on_finished: Callable[["RunSpec", Outcome], None],
-                   epoch_progress: Callable[["RunSpec"], object]) -> None:
-    """One run after another in this process with ``threads`` torch threads (restored afterwards).
-    ``epoch_progress(spec)`` is a context manager yielding the meter's progress callback for that run."""
+                   epoch_progress: Callable[["RunSpec"], object], isolate: bool = True,
+                   spare: "Isolated | None" = None) -> None:
+    """One run after another with ``threads`` torch threads (restored afterwards): in this process, or, for a
+    method that :func:`isolates` (with ``isolate``), in a process of its own method's (:class:`Isolated`; the
+    runs of one method share it; ``spare``: one started already, which this executor ends). ``epoch_progress(spec)``
+    is a context manager yielding the meter's progress callback for that run."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    isolated = spare
     try:
         for spec in specs:
             with epoch_progress(spec) as on_progress:
-                outcome = attempt(spec, on_progress)
+                if isolate and isolates(spec.method):
+                    if isolated is not None and isolated.method != spec.method:
+                        isolated.close()
+                        isolated = None
+                    isolated = isolated or Isolated(spec.method, threads)
+                    outcome = isolated.attempt(spec, on_progress)
+                    if not isolated.alive():  # it ended the process: the next run gets a fresh one
+                        isolated.close()
+                        isolated = None
+                else:
+                    outcome = attempt(spec, on_progress)
             on_finished(spec, outcome)
+    except BaseException:  # Ctrl-C, SIGTERM: a run in flight there is stopped, its folder left unfinished
+        if isolated is not None:
+            isolated.close(kill=True)
+            isolated = None
+        raise
     finally:
+        if isolated is not None:
+            isolated.close()
         torch.set_num_threads(previous)
 
 
@@ -100,24 +166,52 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
+def end_process(code: int) -> NoReturn:
+    """Ends this process now with ``code``, its output flushed, without waiting for threads a method started and
+    left running (Python would wait for them forever)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a stream someone closed or broke: nothing more to flush
+            stream.flush()
+    os._exit(code)
+
+
 def _serve(connection, threads: int, parent_pid: int) -> None:
-    """A local worker process: runs each spec it receives and sends back its :class:`Outcome`."""
+    """A local worker process: answers each request it receives (``("run", spec, progress)``: the run's
+    :class:`Outcome`, with ``("epochs", used)`` messages before it when ``progress``; ``("check", methods,
+    cases)``: :func:`check_methods`'s), telling the parent which method's code it is in as it enters and leaves it
+    (``("in", name, part)``)."""
     os.environ.update(thread_environment(threads))  # before torch loads OpenMP and MKL, which read them once
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the sweep stops us
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     import torch
 
+    from approximators import boundary
+
     torch.set_num_threads(threads)
+    boundary.on_call = lambda name, part: connection.send(("in", name, part))
     while True:
         try:
-            spec = connection.recv()
+            request = connection.recv()
         except EOFError:  # the sweep closed its end: nothing more to run
-            return
-        outcome = attempt(spec)
+            break
+        if request[0] == "run":
+            _, spec, progress = request
+            outcome = attempt(spec, (lambda used: connection.send(("epochs", used))) if progress else None)
+        else:
+            outcome = check_methods(*request[1:])
         try:
             connection.send(outcome)
         except OSError:  # the sweep is gone
-            return
+            break
+    end_process(0)
+
+
+STOP_SECONDS = 10.0
+"""How long a worker told to stop may take to end before it is killed."""
+
+
+DIED = object()
+"""What a worker's messages say when it ended without an outcome."""
 
 
 class _Worker:
@@ -126,52 +220,159 @@ class _Worker:
         self.process = context.Process(target=_serve, args=(theirs, threads, os.getpid()), daemon=True)
         self.process.start()
         theirs.close()  # only the worker holds its end, so it sees end-of-file when the sweep closes ours
+        self.method: str | None = None
+        """The method of the runs it ran (:func:`_kind`): it runs no other's, so that nothing a method leaves behind
+        in the process (threads, changed state) reaches another method's run."""
+        self.inside: tuple[str, str] | None = None
+        """The method and part whose code it runs now, as it said: what a death is reported as."""
+
+    def take(self, on_progress: Callable[[float], None] | None = None) -> "Outcome | object | None":
+        """Takes in the messages waiting, without waiting for more (progress goes to ``on_progress``, where it is to
+        ``inside``): the :class:`Outcome` when it came, :data:`DIED` when the worker ended without one, else None."""
+        while self.connection.poll():
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                return DIED
+            if isinstance(message, Outcome):
+                return message
+            if message[0] == "in":
+                self.inside = None if message[1] is None else (message[1], message[2])
+            elif on_progress is not None:
+                on_progress(message[1])
+        return None if self.process.is_alive() else DIED
+
+    def receive(self, on_progress: Callable[[float], None] | None = None) -> "Outcome | object":
+        """:meth:`take` until the :class:`Outcome` or :data:`DIED` comes."""
+        while True:
+            multiprocessing.connection.wait([self.connection, self.process.sentinel])
+            taken = self.take(on_progress)
+            if taken is not None:
+                return taken
+
+    def ready(self, connections: list) -> bool:
+        return self.connection in connections or self.process.sentinel in connections
 
     def stop(self, kill: bool) -> None:
         self.connection.close()
         if kill:
             self.process.kill()
-        self.process.join()
+        self.process.join(STOP_SECONDS)
+        if self.process.is_alive():  # held up by something it runs: it has had its chance
+            self.process.kill()
+            self.process.join()
 
 
-def _death(process) -> Outcome:
-    """The failure of a run whose worker process died under it."""
+def _kind(method: object) -> str:
+    """Which runs may share a worker: a method that :func:`isolates` only with its own, built-in ones together."""
+    return method if isolates(method) else ""
+
+
+def _death(worker: _Worker, spec: "RunSpec | None", loading: str | None = None) -> Outcome:
+    """The failure of a run (or, with ``loading``, of loading that method) whose worker process died under it: a
+    method's that is not bdl-bench's when its code was running or it is the run's method (exit 4), else a bug
+    (exit 70); killed by SIGKILL, the machine's (out of memory, exit 3)."""
+    process = worker.process
     process.join()
     code = process.exitcode
+    how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
+           -code in signal.Signals._value2member_map_ else f"ended with exit code {code}")
+    name, part = worker.inside or (loading or (spec.method if spec is not None and isolates(spec.method) else None),
+                                   "import and settings" if loading else None)
     if code == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
-        return Outcome(None, EXIT_ENVIRONMENT, "its worker process was killed by SIGKILL (out of memory, or killed "
-                                               "by hand); run the sweep again to retry it")
-    if code is not None and code < 0:
-        return Outcome(None, EXIT_INTERNAL, f"its worker process was killed by {signal.Signals(-code).name}")
-    return Outcome(None, EXIT_INTERNAL, f"its worker process ended with exit code {code}")
+        whose = f"method {name!r}: its process" if name else "its worker process"
+        return Outcome(None, EXIT_ENVIRONMENT, f"{whose} was killed by SIGKILL (out of memory, or killed by hand); "
+                                               "run again to retry it")
+    if name is None:
+        return Outcome(None, EXIT_INTERNAL, f"its worker process {how}")
+    where = f" in its {part}" if part else ""
+    return Outcome(None, EXIT_METHOD, f"method {name!r}: its process {how}{where}, without a result (os._exit, a "
+                                      "crash or a signal in the method's code); it is the method's failure, not "
+                                      "bdl-bench's")
+
+
+class Isolated:
+    """A process of its own for someone else's method ``method`` (as ``--method`` names it): its runs
+    (:meth:`attempt`) and the loading of its code (:meth:`check`) happen there, so that what no process can catch
+    in itself (``os._exit``, a crash, a thread that never ends, a changed working directory) ends only that
+    process, reported as the method's failure in one line. Spawned (not forked: torch's threads do not survive a
+    fork), it starts in a few seconds (PyTorch's import); Ctrl-C stops it with the command."""
+
+    def __init__(self, method: str, threads: int):
+        self.method = method
+        self._worker = _Worker(multiprocessing.get_context("spawn"), threads)
+
+    def attempt(self, spec: "RunSpec", on_progress: Callable[[float], None] | None = None) -> Outcome:
+        """Runs ``spec`` there; its outcome, the process's death included."""
+        return self._ask(("run", spec, on_progress is not None), spec, on_progress)
+
+    def check(self, methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]],
+              spelling: Spelling = COMMAND_LINE) -> Outcome:
+        """:func:`check_methods` there."""
+        return self._ask(("check", methods, cases, spelling), None, None, loading=", ".join(methods))
+
+    def _ask(self, request, spec, on_progress, loading: str | None = None) -> Outcome:
+        try:
+            self._worker.connection.send(request)
+        except OSError:
+            return _death(self._worker, spec, loading)
+        outcome = self._worker.receive(on_progress)
+        return outcome if outcome is not DIED else _death(self._worker, spec, loading)
+
+    def alive(self) -> bool:
+        return self._worker.process.is_alive()
+
+    def close(self, kill: bool = False) -> None:
+        """Ends the process: at once with ``kill``, else once it has answered what it was asked."""
+        self._worker.stop(kill)
+
+    def __enter__(self) -> "Isolated":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(kill=exc[0] is not None)
 
 
 def run_in_workers(specs: Iterable["RunSpec"], workers: int, threads: int,
-                   on_finished: Callable[["RunSpec", Outcome], None]) -> None:
+                   on_finished: Callable[["RunSpec", Outcome], None], spare: "Isolated | None" = None) -> None:
     """Runs ``specs`` in ``workers`` spawned processes (not forked: torch's threads do not survive a fork),
-    each with ``threads`` torch threads. A worker that dies fails only the run it held; a fresh one replaces
-    it. On any exit (Ctrl-C included) the workers are killed; a killed run leaves its folder unfinished."""
+    each with ``threads`` torch threads. A worker runs the runs of one method that is not bdl-bench's, or built-in
+    ones (:func:`_kind`); ``spare``: one started already (for its method), which becomes the first worker. A worker
+    that dies fails only the run it held; a fresh one replaces it. On any exit (Ctrl-C included) the workers are
+    killed; a killed run leaves its folder unfinished."""
     context = multiprocessing.get_context("spawn")
     pending = deque(specs)
     idle: list[_Worker] = []
+    if spare is not None:
+        spare._worker.method = _kind(spare.method)
+        idle.append(spare._worker)
     busy: dict[_Worker, "RunSpec"] = {}
     try:
         while pending or busy:
             while pending and len(busy) < workers:
-                worker = idle.pop() if idle else _Worker(context, threads)
+                kind = _kind(pending[0].method)
+                worker = next((w for w in idle if w.method == kind), None)
+                if worker is not None:
+                    idle.remove(worker)
+                else:
+                    if idle:  # one of another method's: it makes room (at most `workers` processes)
+                        idle.pop().stop(kill=False)
+                    worker = _Worker(context, threads)
+                    worker.method = kind
                 try:
-                    worker.connection.send(pending[0])
+                    worker.connection.send(("run", pending[0], False))
                 except OSError:  # an idle worker that died between runs: the run goes to another
                     worker.stop(kill=False)
                     continue
                 busy[worker] = pending.popleft()
             ready = multiprocessing.connection.wait([w.connection for w in busy] + [w.process.sentinel for w in busy])
-            for worker in [w for w in busy if w.connection in ready or w.process.sentinel in ready]:
+            for worker in [w for w in busy if w.ready(ready)]:
+                outcome = worker.take()
+                if outcome is None:  # it said where it is; the run goes on
+                    continue
                 spec = busy.pop(worker)
-                try:
-                    outcome = worker.connection.recv()
-                except (EOFError, OSError):
-                    outcome = _death(worker.process)
+                if outcome is DIED:
+                    outcome = _death(worker, spec)
                     worker.stop(kill=False)
                 else:
                     idle.append(worker)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -26,10 +28,10 @@ import torch
 import bench
 from approximators import Approximator, Problem, method_source, resolve_config, resolve_method
 from approximators.base import check_footprint
-from approximators.boundary import is_built_in, users_code
+from approximators.boundary import method_fault, users_code
 from bench import metrics, records
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import COMMAND_LINE, BenchError, ConfigError, MethodFailed, Spelling
+from bench.errors import COMMAND_LINE, BenchError, ConfigError, Spelling, shown
 from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
 
@@ -180,39 +182,89 @@ def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredD
     with users_code(method, "fit"):
         approximator.fit(problem, data, torch.Generator().manual_seed(seed))
     with users_code(method, "predictive"):
-        raw = approximator.predictive()
-    _check_predictive(method, raw, problem)
+        # Reading what it returned as an array runs its code too (__array__, a tensor on a device we cannot read).
+        raw = np.asarray(approximator.predictive())
+    predictions = _check_predictive(method, raw, problem)
     with users_code(method, "report"):
-        report = dict(approximator.report)
-        size = len(json.dumps(report, default=str))
-    if size > MAX_REPORT_BYTES:
-        _method_fault(method, f"method {method.name!r}'s report is {size:,} bytes of JSON, more than the "
-                              f"{MAX_REPORT_BYTES:,} a result record keeps; report counts and settings, not arrays")
-    return np.asarray(raw, dtype=np.float64), report
+        report = approximator.report
+    return predictions, check_report(method, report)
 
 
 MAX_REPORT_BYTES = 2**20
 """The most a method's report may take in its result record (as JSON): what it says about how it spent the budget,
 never its state."""
 
+MAX_REPORT_DEPTH = 8
+"""The deepest a method's report may nest dicts and lists (a result record's readers refuse deeper JSON)."""
 
-def _check_predictive(method: type[Approximator], raw, problem: Problem) -> None:
+
+def check_report(method: type[Approximator], report: object) -> dict:
+    """A method's report as its result record keeps it: a dict of plain JSON values (string keys; strings, finite
+    numbers, whole numbers of 64 bits, booleans, None, lists and dicts, at most :data:`MAX_REPORT_DEPTH` deep), at
+    most :data:`MAX_REPORT_BYTES` of JSON; anything else is the method's failure, one line naming where."""
+    if type(report) is not dict:
+        method_fault(method, f"method {method.name!r}: its report is a {type(report).__name__}, not a dict")
+    pending = deque([(report, "report", 1)])
+    while pending:  # in order, without recursion: a report nested 100,000 deep is refused, not a RecursionError
+        value, where, depth = pending.popleft()
+        kind = type(value)
+        if kind in (dict, list, tuple):
+            if depth > MAX_REPORT_DEPTH:
+                method_fault(method, f"method {method.name!r}: its {where} nests more than {MAX_REPORT_DEPTH} levels")
+            items = value.items() if kind is dict else enumerate(value)
+            for key, item in items:
+                if kind is dict and type(key) is not str:
+                    method_fault(method, f"method {method.name!r}: its {where} has a key of type {type(key).__name__}; "
+                                         "a report's keys are strings")
+                pending.append((item, f"{where}[{key!r}]", depth + 1))
+        elif kind is float and not math.isfinite(value):
+            method_fault(method, f"method {method.name!r}: its {where} is {value}; a record holds finite numbers")
+        elif kind is int and not -2**63 <= value < 2**63:
+            method_fault(method, f"method {method.name!r}: its {where} is a whole number beyond 64 bits")
+        elif kind not in (str, int, float, bool, type(None)):
+            method_fault(method, f"method {method.name!r}: its {where} is a {kind.__module__}.{kind.__qualname__}; a "
+                                 "report holds plain JSON values (str, int, float, bool, None, list, dict): convert "
+                                 "it, e.g. with float() or .tolist()")
+    size = len(json.dumps(report, allow_nan=False))
+    if size > MAX_REPORT_BYTES:
+        method_fault(method, f"method {method.name!r}: its report is {size:,} bytes of JSON, more than the "
+                             f"{MAX_REPORT_BYTES:,} a result record keeps; report counts and settings, not arrays")
+    return report
+
+
+def _check_predictive(method: type[Approximator], raw: np.ndarray, problem: Problem) -> np.ndarray:
     """The predictive exactly as ``submit`` will check it (real numbers, the task's shape, finite, rows of
-    probabilities), before anything is written."""
+    probabilities), before anything is written; returned as float64."""
     classification = problem.kind == "classification"
     key, width = ("probs", problem.n_classes) if classification else ("samples", problem.n_predictive_samples)
     try:
         metrics.validate_predictive(raw, key, (int(problem.x_test.shape[0]), width),
                                     f"method {method.name!r}'s predictive", problem.task)
     except metrics.MetricInputError as error:
-        _method_fault(method, str(error))
+        method_fault(method, str(error))
+    return np.asarray(raw, dtype=np.float64)
 
 
-def _method_fault(method: type[Approximator], line: str) -> None:
-    """A method that broke its contract: its own failure (exit 4), or, for a built-in one, bdl-bench's bug."""
-    if is_built_in(method):
-        raise RuntimeError(line)
-    raise MethodFailed(line)
+MAX_ARCHITECTURE_CHANGE_CHARS = 1000
+"""The most characters a method's description of how it changes the network may have (it is shown in tables)."""
+
+MAX_SOURCE_CHARS = 200
+"""The most characters of ``package.module:ClassName`` a record keeps as a method's source."""
+
+
+def check_method_texts(method: type[Approximator], architecture_change: object) -> None:
+    """The text a method gives that its record keeps (how it changes the network, where it came from) as ``submit``
+    takes it, printable and short, checked before anything trains or is written: the method's failure if not."""
+    if architecture_change is not None and not (
+            isinstance(architecture_change, str) and 0 < len(architecture_change) <= MAX_ARCHITECTURE_CHANGE_CHARS
+            and architecture_change.isprintable()):
+        method_fault(method, f"method {method.name!r}: its architecture_change must be None or 1 to "
+                             f"{MAX_ARCHITECTURE_CHANGE_CHARS} printable characters (no line break or terminal "
+                             f"escape); got {shown(architecture_change)}")
+    source = method_source(method)
+    if source is not None and not (len(source) <= MAX_SOURCE_CHARS and source.isprintable()):
+        method_fault(method, f"method {method.name!r}: its source {shown(source)} must be 1 to {MAX_SOURCE_CHARS} "
+                             "printable characters (its module and class name)")
 
 
 def execute(method: type[Approximator], config, problem: Problem, data: MeteredData,
@@ -252,6 +304,9 @@ def _prepare(spec: RunSpec, device: torch.device,
 def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> dict:
     """Runs one (task, method, budget, seed); returns the result record it wrote. ``on_progress`` hears the
     epochs used as the meter charges them (a progress bar)."""
+    # Paths are fixed before any of the method's code runs: a working directory it changes moves nothing we write.
+    spec = replace(spec, out=Path(spec.out).absolute(),
+                   cache=None if spec.cache is None else Path(spec.cache).absolute())
     method = resolve_method(spec.method)
     check_label(spec.label)
     device = resolve_device(spec.device)
@@ -261,6 +316,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
     resolved = resolved_config(approximator, problem)
     with users_code(method, "architecture_change"):
         architecture_change = method.architecture_change(config)
+    check_method_texts(method, architecture_change)
     folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
     with records.claimed(folder, spec.force, asdict(config)):
         started = time.perf_counter()

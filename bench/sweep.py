@@ -79,11 +79,20 @@ def _normalised(config) -> dict:
 
 def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: list[int],
          settings: list[tuple[str, str]], out: Path, device: str = "cpu", cache: Path | None = None,
-         command: str | None = None, force: bool = False, spelling: Spelling = COMMAND_LINE) -> list[PlannedRun]:
+         command: str | None = None, force: bool = False, spelling: Spelling = COMMAND_LINE,
+         isolate: bool = True, isolated: "executors.Isolated | None" = None) -> list[PlannedRun]:
     """Every run of the sweep, checked before any trains: methods (names, or classes from Python), tasks and
     settings exist, no two variants give a method the same configuration, and no run folder holds a finished run of
     another configuration (``force``: every run trains, replacing what its folder holds). ``spelling``: how a
-    failure names what was given."""
+    failure names what was given. ``isolate``: a method that is not bdl-bench's, named by a string, is loaded and
+    its settings resolved in a process of its own first (:func:`bench.executors.check_isolated`; in ``isolated``
+    when given, a process :func:`execute` can then run the method's runs in)."""
+    out = Path(out).absolute()  # before any method's code runs: a working directory it changes moves nothing
+    cache = None if cache is None else Path(cache).absolute()
+    task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
+    if isolate:
+        executors.check_isolated(methods, [(task, variant.overrides) for variant in variants(settings)
+                                           for task in task_list], isolated=isolated, spelling=spelling)
     resolved: dict[str, tuple[object, type]] = {}
     for given in dict.fromkeys(methods):
         method = resolve_method(given, spelling)
@@ -92,7 +101,6 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
             named = [spelling.given("method", getattr(each, "__qualname__", each)) for each in (first[0], given)]
             raise ConfigError(f"{named[0]} and {named[1]} are two methods named {method.name!r}; their runs would "
                               f"share run folders; sweep them separately with different {spelling.option('out')}")
-    task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
     budget_list, seed_list = list(dict.fromkeys(map(float, budgets))), list(dict.fromkeys(seeds))
     runs, configs = [], {}
     for variant in variants(settings):
@@ -148,9 +156,13 @@ def check_executor(executor: str, workers: int | None, threads: int, ray_address
 
 
 def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None = None, threads: int = 1,
-            ray_address: str | None = None, quiet: bool = False) -> dict[PlannedRun, Outcome]:
+            ray_address: str | None = None, quiet: bool = False, isolate: bool = True,
+            spare: "executors.Isolated | None" = None) -> dict[PlannedRun, Outcome]:
     """Trains every unfinished run of ``runs``; returns each one's outcome (failures included, in any order).
-    Runs done / total are shown as they finish, and the epochs of the current run when it runs in this process."""
+    Runs done / total are shown as they finish, and the epochs of the current run when it runs one after another.
+    ``isolate``: one after another, a method that is not bdl-bench's runs in a process of its own
+    (:func:`bench.executors.isolates`; off, in this process, where ``--debug`` reaches its traceback). ``spare``: such
+    a process started already (:func:`plan`'s), used by a local executor."""
     check_executor(executor, workers, threads, ray_address)
     todo = [run for run in runs if not run.finished]
     by_spec = {run.spec: run for run in todo}
@@ -169,9 +181,9 @@ def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None
             executors.run_on_ray(specs, threads, 1 if "cuda" in devices else 0, ray_address, finished)
         elif (workers or 1) == 1:
             executors.run_in_process(specs, threads, finished,
-                                     lambda spec: progress.epochs(by_spec[spec].title, spec.budget))
+                                     lambda spec: progress.epochs(by_spec[spec].title, spec.budget), isolate, spare)
         else:
-            executors.run_in_workers(specs, workers, threads, finished)
+            executors.run_in_workers(specs, workers, threads, finished, spare)
     return outcomes
 
 

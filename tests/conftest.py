@@ -164,6 +164,16 @@ def fixture_checksums(tmp_path, monkeypatch, official_files):
 
 
 @pytest.fixture
+def plugins_in_process(monkeypatch):
+    """A method that is not bdl-bench's runs in the test's own process, as with ``--debug``, not in a process of
+    its own (:func:`bench.executors.isolates`), which takes seconds to start: for the tests of what the boundary
+    catches in a process (what it catches is the same there, and the few tests of the isolation itself spawn)."""
+    from bench import executors
+
+    monkeypatch.setattr(executors, "isolates", lambda method: False)
+
+
+@pytest.fixture
 def run_cli(capsys):
     """``python -m bench ARGS`` run in-process: returns (exit code, stdout, stderr); argparse's exits count too."""
     from bench.cli import main

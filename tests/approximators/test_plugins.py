@@ -13,6 +13,8 @@ from bench import records
 from bench.errors import EXIT_BAD_INPUT, EXIT_METHOD, ConfigError
 from tests.reliability.test_error_boundary import assert_one_line
 
+pytestmark = pytest.mark.usefixtures("plugins_in_process")  # the isolation itself: test_isolation.py
+
 MODULE = textwrap.dedent('''
     from approximators.map import DeepEnsemble
 

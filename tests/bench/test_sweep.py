@@ -183,7 +183,7 @@ def test_a_worker_that_dies_fails_only_the_run_it_held(tmp_path, run_cli, plugin
                              "3", "--workers", "2", "--quiet", "--out", tmp_path)
     lines = err.splitlines()
     assert code == EXIT_ENVIRONMENT and len(lines) == 2, err
-    assert "toy-gap/killed/budget-2/seed-0: its worker process was killed by SIGKILL" in lines[0]
+    assert "toy-gap/killed/budget-2/seed-0: method 'killed': its process was killed by SIGKILL" in lines[0]
     assert "1 of 3 runs failed" in lines[1]
     assert sorted(p.parent.parent.name for p in tmp_path.rglob(records.RESULT)) == ["budget-1", "budget-3"]
 

@@ -163,3 +163,72 @@ def test_an_interrupt_while_starting_is_one_line_and_exit_130():
                 "runpy.run_module('bench', run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", starting], capture_output=True, text=True, timeout=120)
     assert_one_line(done.returncode, done.stderr, EXIT_INTERRUPTED, "interrupted while starting")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["submit", "somewhere"], "a submission is stored whole or not at all"),
+    (["leaderboard"], "the database was only read, and --output is written whole or not at all"),
+    (["fetch", "--task", "dermamnist"], "the task's cached data is as it was"),
+    (["export-submission", "somewhere"], "the zip is written whole or not at all"),
+    (["check", "--baseline", "b.json", "--update"], "--update writes the baseline only once every measurement"),
+    (["verify", "somewhere"], "verify changes no run"),
+    (["run", "--method", "sgd", "--budget", "1"], "finished runs are complete, the interrupted one was not written"),
+    (["methods"], None),
+])
+def test_an_interrupt_s_line_says_what_the_interrupted_command_left(monkeypatch, run_cli, argv, fragment):
+    """Case 34: Ctrl-C during submit, leaderboard, fetch, export or check --update said "finished runs are
+    complete", a line about runs."""
+    handler = "_cmd_" + argv[0].replace("export-submission", "export")
+    monkeypatch.setattr(cli, handler, _raising(KeyboardInterrupt()))
+    code, _, err = run_cli(*argv)
+    assert_one_line(code, err, EXIT_INTERRUPTED, "interrupted")
+    assert (fragment in err) if fragment else err == "error: interrupted\n"
+    assert fragment is None or argv[0] == "run" or "runs are complete" not in err
+
+
+@pytest.mark.parametrize("error", [RecursionError("maximum recursion depth exceeded"),
+                                   AttributeError("module 'numpy._core' has no attribute '_multiarray_umath'")])
+def test_any_failure_after_an_interrupt_arrived_is_the_interrupt(monkeypatch, run_cli, error):
+    """Case 32: Ctrl-C while NumPy imports leaves it half-imported; the command then fails in NumPy's way (exit 70,
+    or a traceback with --debug). Once the interrupt arrived, any failure is reported as the interrupt."""
+    from bench import entry
+
+    _patch_handler(monkeypatch, error)
+    monkeypatch.setattr(entry, "_interrupted", True)
+    for argv in (["methods"], ["methods", "--debug"]):
+        code, _, err = run_cli(*argv)
+        assert_one_line(code, err, EXIT_INTERRUPTED, "interrupted")
+
+
+_SWALLOWING_IMPORT = """
+import builtins, os, runpy, signal, sys, time
+real, swallowed = builtins.__import__, []
+def importing(name, *args, **kwargs):
+    if name == "torch" and not swallowed:  # a library catching everything around an import of its own
+        swallowed.append(True)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except BaseException:
+            pass
+        if {broken}:
+            raise AttributeError("module 'numpy._core' has no attribute '_multiarray_umath'")
+    return real(name, *args, **kwargs)
+builtins.__import__ = importing
+sys.argv = ["bench", "methods"]
+runpy.run_module("bench", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["swallowed", "left-broken"])
+def test_an_interrupt_a_library_swallows_while_starting_is_still_the_interrupt(broken):
+    """Case 32 as it happens: the interrupt arrives inside an import that catches it; the import then fails in its
+    own way, or seems to succeed with a module left half-imported. Either way: one line, exit 130."""
+    import signal
+    import subprocess
+    import sys
+
+    # Ctrl-C as in a terminal: a suite started as a background job hands its children SIGINT ignored.
+    done = subprocess.run([sys.executable, "-c", _SWALLOWING_IMPORT.format(broken=broken)], capture_output=True,
+                          text=True, timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert_one_line(done.returncode, done.stderr, EXIT_INTERRUPTED, "interrupted while starting")

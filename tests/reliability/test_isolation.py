@@ -1,0 +1,148 @@
+"""What no process can catch in itself: a method that is not bdl-bench's ending its process (``os._exit``, a crash),
+leaving a thread that never ends, or changing the working directory. `run` and `sweep` run such a method in a
+process of its own (:class:`bench.executors.Isolated`), so that it ends only that process: one line naming the
+method and the part, exit 4, nothing written for it, and a sweep's other runs go on.
+
+Each test here starts processes (seconds each, PyTorch's import); the boundary's in-process cases are in
+test_other_peoples_code.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench import records
+from bench.errors import EXIT_METHOD
+from tests.reliability.test_error_boundary import assert_one_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MODULE = textwrap.dedent('''
+    import ctypes
+    import os
+    import threading
+    import time
+
+    from approximators.map import MAP
+
+    class Uncatchable(MAP):
+        summary = "does what no process can catch in itself"
+
+    class ExitsHard(Uncatchable):
+        name = "exits-hard"
+        def fit(self, problem, data, generator):
+            os._exit(0)
+
+    class Crashes(Uncatchable):
+        name = "crashes"
+        def fit(self, problem, data, generator):
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+    class LeavesThread(Uncatchable):
+        name = "leaves-thread"
+        def fit(self, problem, data, generator):
+            threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon: Python would wait for it
+            super().fit(problem, data, generator)
+
+    class ChangesDirectory(Uncatchable):
+        name = "changes-directory"
+        def fit(self, problem, data, generator):
+            os.chdir("/")
+            super().fit(problem, data, generator)
+''')
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """The module above and one that ends its process at import, importable here, in spawned processes (they get
+    this sys.path) and in subprocesses (PYTHONPATH)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "uncatchable.py").write_text(MODULE)
+    (site / "exits_hard_at_import.py").write_text("import os\nos._exit(0)\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT)]))
+    return site
+
+
+def _failed(err: str, name: str, part: str, how: str) -> bool:
+    return f"method {name!r}: its process {how} in its {part}, without a result" in err
+
+
+def _command(*argv) -> tuple[int, str, str]:
+    """``python -m bench ARGV`` in a process of its own: a method that ends the process it runs in, were it not
+    isolated, would end this test session with exit 0 (nothing red) if run in the test's process."""
+    done = subprocess.run([sys.executable, "-m", "bench", *map(str, argv)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_run_that_ends_its_process_is_the_method_s_failure(tmp_path, site):
+    """Case 5: os._exit(0) in fit ended the whole command with exit 0 and no word."""
+    code, _, err = _command("--method", "uncatchable:ExitsHard", "--budget", "2", "--task", "toy-gap", "--out",
+                            tmp_path / "runs", "--quiet")
+    assert_one_line(code, err, EXIT_METHOD)
+    assert _failed(err, "exits-hard", "fit", "ended with exit code 0"), err
+    assert not list((tmp_path / "runs").rglob(records.RESULT))
+
+
+def test_a_module_that_ends_its_process_at_import_is_the_method_s_failure(tmp_path, site):
+    """Case 5: a plugin module calling os._exit(0) as it is imported is loaded in a process of its own first."""
+    code, _, err = _command("--method", "exits_hard_at_import:Anything", "--budget", "2", "--task", "toy-gap",
+                            "--out", tmp_path / "runs", "--quiet")
+    assert_one_line(code, err, EXIT_METHOD)
+    assert _failed(err, "exits_hard_at_import:Anything", "import", "ended with exit code 0"), err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_reports_each_uncatchable_failure_and_finishes_the_other_runs(tmp_path, run_cli, site, monkeypatch):
+    """Cases 5b, 9 and 14 in one sweep, one run after another: the crash is the crashing method's failure, and the
+    other runs (a built-in one, one leaving a thread, one changing the directory) finish where --out says."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("sweep", "--method", "uncatchable:Crashes", "uncatchable:LeavesThread",
+                             "uncatchable:ChangesDirectory", "sgd", "--budget", "2", "--task", "toy-gap", "--out",
+                             "runs", "--quiet")
+    assert code == EXIT_METHOD, (out, err)
+    lines = err.splitlines()
+    assert len(lines) == 2 and "1 of 4 runs failed" in lines[1], err
+    assert _failed(lines[0], "crashes", "fit", "was killed by SIGSEGV"), err
+    for name in ("leaves-thread", "changes-directory", "sgd"):
+        assert (records.run_folder(tmp_path / "runs", "toy-gap", name, 2, 0) / records.RESULT).exists(), name
+    assert Path.cwd() == tmp_path
+
+
+def test_a_worker_ended_by_the_method_is_the_method_s_failure(tmp_path, run_cli, site):
+    """Case 6: with --workers, a worker ended by os._exit(0) was exit 70, "a bug in bdl-bench"."""
+    code, out, err = run_cli("sweep", "--method", "uncatchable:ExitsHard", "sgd", "--budget", "2", "--task",
+                             "toy-gap", "--workers", "2", "--out", tmp_path / "runs", "--quiet")
+    lines = err.splitlines()
+    assert code == EXIT_METHOD and len(lines) == 2, (out, err)
+    assert _failed(lines[0], "exits-hard", "fit", "ended with exit code 0"), err
+    assert (records.run_folder(tmp_path / "runs", "toy-gap", "sgd", 2, 0) / records.RESULT).exists()
+
+
+def test_a_thread_left_running_in_this_process_does_not_keep_the_command_alive(tmp_path, site):
+    """Case 9 with --debug, where the method runs in the command's own process: the command ends when it is done."""
+    done = subprocess.run([sys.executable, "-m", "bench", "--method", "uncatchable:LeavesThread", "--budget", "2",
+                           "--task", "toy-gap", "--out", str(tmp_path / "runs"), "--quiet", "--debug"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert (records.run_folder(tmp_path / "runs", "toy-gap", "leaves-thread", 2, 0) / records.RESULT).exists()
+
+
+def test_the_isolated_check_names_what_was_given_as_the_caller_spells_it(tmp_path, site):
+    """The import and settings checked in the method's own process say `settings['lr']` to a Python caller
+    (bench.api's sweep), `--set lr` on the command line, as the caller's own process would."""
+    from bench import sweep
+    from bench.errors import PYTHON, FailedElsewhere
+
+    with pytest.raises(FailedElsewhere, match=r"settings\['lr'\]"):
+        sweep.plan(["uncatchable:ChangesDirectory"], ["toy-gap"], [2], [0], [("lr", "fast")], tmp_path,
+                   spelling=PYTHON)
+    with pytest.raises(FailedElsewhere, match="--set lr"):
+        sweep.plan(["uncatchable:ChangesDirectory"], ["toy-gap"], [2], [0], [("lr", "fast")], tmp_path)
