@@ -111,7 +111,7 @@ def test_vectorised_chains_equal_chains_run_alone(make_rule):
 @pytest.mark.parametrize("rule", [
     lambda lr: Adam([lr], beta1=0.9),
     lambda lr: SGLD([lr], n_train=1000, generators=[torch.Generator().manual_seed(0)]),
-    lambda lr: SGHMC([lr], n_train=1000, generators=[torch.Generator().manual_seed(0)]),
+    lambda lr: SGHMC([lr], n_train=1000, generators=[torch.Generator().manual_seed(0)], alpha=0.9),
 ])
 def test_a_step_beyond_float32_is_training_diverged_not_an_overflow(rule):
     """lr / (1 - beta1) or eps N_train beyond float32's range: torch cannot convert the step (exit 70 before); the
