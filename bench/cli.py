@@ -330,6 +330,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
     _add_max_epochs(check)
     _add_threads(check)
+    check.add_argument("--workers", type=_positive_int, default=1,
+                       help="processes measuring at once, each with --threads torch threads (default 1: in this "
+                            "process); every run seeds itself, so the results are the same bits")
     check.add_argument("--tolerance", type=float, default=None,
                        help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
                             "family-wise false-alarm rate)")
@@ -810,14 +813,16 @@ def _cmd_leaderboard(args) -> int:
 
 
 def _cmd_check(args) -> int:
+    from bench.sweep import check_executor
     from leaderboard import gate
 
+    check_executor("local", args.workers, args.threads, None)
     if args.update:
         if args.tolerance is not None or args.statistical:
             raise BenchError("--tolerance and --statistical choose how a check compares; --update only measures")
         baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds,
                                budgets=gate.budget_options(args.budget), settings=gate.setting_options(args.settings),
-                               max_epochs=args.max_epochs)
+                               max_epochs=args.max_epochs, workers=args.workers, threads=args.threads)
         print(gate.describe_baseline(baseline))
         print(f"wrote {terminal_text(args.baseline)}")
         return 0
@@ -827,7 +832,8 @@ def _cmd_check(args) -> int:
         raise BenchError("--budget and --set choose what --update measures; a check reruns the baseline's "
                          "budgets and settings")
     report = gate.check(args.baseline, methods=args.methods, tasks=args.task, tolerance=args.tolerance,
-                        statistical=args.statistical, max_epochs=args.max_epochs)
+                        statistical=args.statistical, max_epochs=args.max_epochs, workers=args.workers,
+                        threads=args.threads)
     print(report.text())
     return 0 if report.passed else 1
 

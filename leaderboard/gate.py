@@ -56,9 +56,9 @@ import scipy.stats
 from tabulate import tabulate
 
 from approximators import METHOD_NAME, METHODS, get_method, resolve_config
-from bench import records
+from bench import executors, records
 from bench.budget import DEFAULT_MAX_EPOCHS, check_budget_size, check_planned_epochs
-from bench.errors import BenchError, DamagedFile, shown
+from bench.errors import BenchError, DamagedFile, FailedElsewhere, shown
 from bench.records import SEED_LIMIT
 from bench.runner import RunSpec, environment, numerics_changes, run
 from bench.tasks import DEFAULT_TASKS, all_task_names, get_task
@@ -94,24 +94,49 @@ def _checked_tolerance(tolerance: float | None) -> float | None:
 
 
 def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str, float],
-            settings: dict[str, dict[str, str]] | None = None, sources: dict[str, str] | None = None) -> dict:
+            settings: dict[str, dict[str, str]] | None = None, sources: dict[str, str] | None = None,
+            workers: int = 1, threads: int = 1) -> dict:
     """Runs each method on its tasks (``{method: [task, ...]}``) with its budget, its ``settings`` (``--set``
     values; default none) and loaded from its ``sources`` entry (default its name):
-    {method: {task: [per seed {"metrics": {block: {metric: value}}, "epochs_used", "test_passes"}]}}."""
+    {method: {task: [per seed {"metrics": {block: {metric: value}}, "epochs_used", "test_passes"}]}}.
+
+    ``workers`` > 1: the runs are shared out to that many spawned processes of ``threads`` torch threads each
+    (:func:`bench.executors.run_in_workers`, as ``sweep --workers`` runs them). Each run seeds itself, so its result
+    is the same bits wherever it runs; the first failure is reported once the runs under way have ended."""
     settings, sources = settings or {}, sources or {}
-    measured: dict = {}
     with tempfile.TemporaryDirectory(prefix="bdl-bench-check-") as out:
-        for method, tasks in tasks_of.items():
-            overrides = tuple(settings.get(method, {}).items())
-            for task in tasks:
-                per_seed = []
-                for seed in seeds:
-                    result = run(RunSpec(task=task, method=sources.get(method, method), budget=budgets[method],
-                                         seed=seed, out=Path(out), overrides=overrides))
-                    per_seed.append({"metrics": {OVERALL_BLOCK: result["metrics"], **result["metrics_by_block"]},
-                                     **{name: result[name] for name in BUDGET_FIELDS}})
-                measured.setdefault(method, {})[task] = per_seed
+        specs = {(method, task, seed): RunSpec(task=task, method=sources.get(method, method), budget=budgets[method],
+                                               seed=seed, out=Path(out),
+                                               overrides=tuple(settings.get(method, {}).items()))
+                 for method, tasks in tasks_of.items() for task in tasks for seed in seeds}
+        if workers > 1:
+            results = _measured_in_workers(specs, workers, threads)
+        else:
+            results = {key: run(spec) for key, spec in specs.items()}
+    measured: dict = {}
+    for (method, task, _), result in results.items():
+        measured.setdefault(method, {}).setdefault(task, []).append(
+            {"metrics": {OVERALL_BLOCK: result["metrics"], **result["metrics_by_block"]},
+             **{name: result[name] for name in BUDGET_FIELDS}})
     return measured
+
+
+def _measured_in_workers(specs: dict[tuple, RunSpec], workers: int, threads: int) -> dict:
+    """Every spec's result in ``workers`` processes, in the order of ``specs`` (the seeds' order), or the first
+    failure as its process described it."""
+    keys = {id(spec): key for key, spec in specs.items()}
+    done, failures = {}, []
+
+    def finished(spec: RunSpec, outcome) -> None:
+        if outcome.result is None:
+            failures.append(outcome)
+        else:
+            done[keys[id(spec)]] = outcome.result
+
+    executors.run_in_workers(list(specs.values()), workers, threads, finished)
+    if failures:
+        raise FailedElsewhere(failures[0].exit_code, failures[0].failure)
+    return {key: done[key] for key in specs}
 
 
 def spread_floor(metric: str, block_size: int, noise_floor: dict | None, mean: float) -> tuple[float, str]:
@@ -245,8 +270,10 @@ def _check_writable(path: Path) -> None:
 
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
            seeds: int | None = None, budgets: dict[str, float] | None = None,
-           settings: dict[str, dict[str, str]] | None = None, max_epochs: float = DEFAULT_MAX_EPOCHS) -> dict:
-    """Measures the configuration and writes the baseline file atomically; returns its contents. The epochs it would
+           settings: dict[str, dict[str, str]] | None = None, max_epochs: float = DEFAULT_MAX_EPOCHS,
+           workers: int = 1, threads: int = 1) -> dict:
+    """Measures the configuration and writes the baseline file atomically; returns its contents (``workers`` and
+    ``threads``: as :func:`measure` takes them). The epochs it would
     train (budgets x tasks x seeds) are planned first: beyond ``max_epochs`` (``--max-epochs``) it is one line
     before anything is loaded or trained.
 
@@ -285,7 +312,8 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     if earlier is not None:
         _check_kept_tasks(path, earlier, tasks, budget_of, settings_of)
     started = time.perf_counter()
-    measured = measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources)
+    measured = measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources,
+                       workers, threads)
     runs, results = summarise(measured)
     command = shlex.join([
         "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--method", *specs,
@@ -658,9 +686,10 @@ def _load_gated(path: Path, name: str, source: str) -> None:
 
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False,
-          max_epochs: float = DEFAULT_MAX_EPOCHS) -> Report:
+          max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1) -> Report:
     """Reruns the baseline's configuration for ``methods`` x ``tasks`` (default: all of the baseline's) and compares.
-    ``methods`` by name or as the baseline's update named them (``package.module:ClassName``)."""
+    ``methods`` by name or as the baseline's update named them (``package.module:ClassName``); ``workers`` and
+    ``threads`` as :func:`measure` takes them."""
     baseline = load_baseline(path)
     tolerance = _checked_tolerance(tolerance)
     configuration = baseline["configuration"]
@@ -681,7 +710,7 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
     check_planned_epochs(sum(configuration["budgets"][m] * len(ts) for m, ts in tasks_of.items())
                          * len(configuration["seeds"]), max_epochs, f"checking {path}")
     measured = measure(tasks_of, configuration["seeds"], configuration["budgets"], configuration.get("settings"),
-                       sources)
+                       sources, workers, threads)
     report = compare(baseline, measured, tolerance, statistical)
     return dataclasses.replace(report, wall_seconds=time.perf_counter() - started)
 

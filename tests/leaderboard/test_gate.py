@@ -147,6 +147,20 @@ def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, r
     assert code == 0 and "check passed (exact)" in out
 
 
+def test_workers_measure_the_same_bits_in_the_seeds_order(tmp_path, run_cli):
+    """``--workers 2`` shares the runs out to spawned processes (as CI's gate runs): the same baseline, bit for bit
+    and seed by seed, as one process measures, and the check in workers passes it exactly."""
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    for path, workers in ((one, "1"), (two, "2")):
+        code, _, err = run_cli("check", "--update", "--baseline", path, "--method", "sgd", "swag", "--task", "toy-gap",
+                               "--seeds", "3", "--budget", "4", "--workers", workers)
+        assert code == 0, err
+    measured = [json.loads(path.read_text()) for path in (one, two)]
+    assert measured[0]["results"] == measured[1]["results"] and measured[0]["runs"] == measured[1]["runs"]
+    code, out, err = run_cli("check", "--baseline", one, "--workers", "2")
+    assert code == 0 and "check passed (exact)" in out, out + err
+
+
 def test_exact_mode_keys_on_what_decides_round_off_not_the_kernel_build(tmp_path, run_cli):
     """A baseline from a machine that differs only in its kernel's build string, core count or bdl-bench version is
     compared exactly; one measured with other torch threads (or `check --threads`) statistically."""
