@@ -16,8 +16,8 @@ from tabulate import tabulate
 
 from bench.budget import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS, check_planned_epochs
 from bench import entry, records
-from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, BenchError, ConfigError, FailedElsewhere, MethodFailed,
-                          describe_failure, terminal_text)
+from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, EXIT_METHOD, BenchError, ConfigError, FailedElsewhere,
+                          MethodFailed, describe_failure, terminal_text)
 from bench.records import SEED_LIMIT
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -743,6 +743,7 @@ def _submitter(name: str | None) -> str:
 
 
 def _cmd_submit(args) -> int:
+    from bench.executors import Isolations
     from leaderboard import submission
 
     name = _submitter(args.name)
@@ -752,25 +753,28 @@ def _cmd_submit(args) -> int:
         folders = run_folders([p for p in args.paths if p.suffix != ".zip"])
         check_planned_epochs(_claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
     rows = []
-    for path in args.paths:  # everything is validated, scored and verified before the store is touched
-        if path.suffix == ".zip":
-            if args.method is None or args.budget is None:
-                raise BenchError(f"{path}: a competition zip needs --method and --budget (the declared budget)")
-            if args.verify:
-                raise BenchError(f"{path}: a competition zip holds predictions only and cannot be re-executed; "
-                                 "submit run folders to --verify")
-            rows += submission.score_competition_zip(path, args.method, args.budget, args.seed, name, args.notes,
-                                                     cache=args.cache, label=args.label)
-        else:
-            if args.label is not None:
-                raise BenchError(f"{path}: --label names a competition zip's configuration; a run folder carries the "
-                                 "label it was run with (`python -m bench run --label`)")
-            if args.method is not None and not args.verify:
-                raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code that "
-                                 "re-executes a run folder; a run folder records its own method")
-            rows += [submission.score_run(folder, name, args.notes, args.cache, verify=args.verify,
-                                          verify_method=args.method)
-                     for folder in submission.run_folders([path])]
+    # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders.
+    with Isolations(args.threads or DEFAULT_THREADS) as isolations:
+        for path in args.paths:  # everything is validated, scored and verified before the store is touched
+            if path.suffix == ".zip":
+                if args.method is None or args.budget is None:
+                    raise BenchError(f"{path}: a competition zip needs --method and --budget (the declared budget)")
+                if args.verify:
+                    raise BenchError(f"{path}: a competition zip holds predictions only and cannot be re-executed; "
+                                     "submit run folders to --verify")
+                rows += submission.score_competition_zip(path, args.method, args.budget, args.seed, name, args.notes,
+                                                         cache=args.cache, label=args.label)
+            else:
+                if args.label is not None:
+                    raise BenchError(f"{path}: --label names a competition zip's configuration; a run folder carries "
+                                     "the label it was run with (`python -m bench run --label`)")
+                if args.method is not None and not args.verify:
+                    raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code "
+                                     "that re-executes a run folder; a run folder records its own method")
+                rows += [submission.score_run(folder, name, args.notes, args.cache, verify=args.verify,
+                                              verify_method=args.method, isolate=not args.debug,
+                                              isolations=isolations)
+                         for folder in submission.run_folders([path])]
     _store(rows, args.db)
     return 0
 
@@ -839,17 +843,31 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_verify(args) -> int:
+    from bench.executors import Isolations
     from bench.verify import verify
     from leaderboard.submission import run_folders
 
     folders = run_folders(args.paths)
     check_planned_epochs(_claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
-    results = [verify(folder, args.cache, args.method) for folder in folders]
-    for result in results:
-        print(terminal_text(result.line(), LINE_CHARS))
-    failed = sum(not r.passed for r in results)
-    print(f"{len(results) - failed} of {len(results)} runs verified")
-    return 1 if failed else 0
+    results, failures = [], 0
+    # A method that is not bdl-bench's is re-executed in a process of its own (one for all its folders); its failure
+    # (exit 4) is that folder's line, and the other folders are still verified.
+    with Isolations(args.threads) as isolations:
+        for folder in folders:
+            try:
+                result = verify(folder, args.cache, args.method, isolate=not args.debug, isolations=isolations)
+            except (MethodFailed, FailedElsewhere) as error:
+                if args.debug or error.exit_code != EXIT_METHOD:
+                    raise
+                print(f"error: {terminal_text(folder)}: {describe_failure(error)[1]}", file=sys.stderr)
+                failures += 1
+                continue
+            print(terminal_text(result.line(), LINE_CHARS))
+            results.append(result)
+    mismatched = sum(not r.passed for r in results)
+    print(f"{len(results) - mismatched} of {len(folders)} runs verified"
+          + (f"; {failures} could not be re-executed, their method failed (each named on stderr)" if failures else ""))
+    return EXIT_METHOD if failures else 1 if mismatched else 0
 
 
 INTERRUPTED = {

@@ -48,7 +48,8 @@ RAY_CONNECT_SECONDS = 10.0
 class Outcome:
     """What became of one run: its result record, or the exit code and one line of its failure."""
 
-    result: dict | None
+    result: object
+    """A run's record (a dict), what :meth:`Isolated.call` returned, or None after a failure."""
     exit_code: int = 0
     failure: str = ""
 
@@ -65,15 +66,20 @@ def thread_environment(threads: int) -> dict[str, str]:
     return {name: str(threads) for name in THREAD_VARIABLES}
 
 
+def called(function: Callable, *args) -> Outcome:
+    """``function(*args)``'s value as an :class:`Outcome`'s result; any failure becomes the outcome's code and line."""
+    try:
+        return Outcome(function(*args))
+    except Exception as error:
+        code, line = describe_failure(error)
+        return Outcome(None, code, line)
+
+
 def attempt(spec: "RunSpec", on_progress: Callable[[float], None] | None = None) -> Outcome:
     """Runs ``spec``; any failure becomes an :class:`Outcome`, so one bad run does not end a sweep."""
     from bench.runner import run
 
-    try:
-        return Outcome(run(spec, on_progress=on_progress))
-    except Exception as error:
-        code, line = describe_failure(error)
-        return Outcome(None, code, line)
+    return called(lambda: run(spec, on_progress=on_progress))
 
 
 def check_methods(methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]],
@@ -124,37 +130,22 @@ def run_in_process(specs: Iterable["RunSpec"], threads: int, on_finished: Callab
                    epoch_progress: Callable[["RunSpec"], object], isolate: bool = True,
                    spare: "Isolated | None" = None) -> None:
     """One run after another with ``threads`` torch threads (restored afterwards): in this process, or, for a
-    method that :func:`isolates` (with ``isolate``), in a process of its own method's (:class:`Isolated`; the
+    method that :func:`isolates` (with ``isolate``), in a process of its own method's (:class:`Isolations`; the
     runs of one method share it; ``spare``: one started already, which this executor ends). ``epoch_progress(spec)``
     is a context manager yielding the meter's progress callback for that run."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
-    isolated = spare
     try:
-        for spec in specs:
-            with epoch_progress(spec) as on_progress:
-                if isolate and isolates(spec.method):
-                    if isolated is not None and isolated.method != spec.method:
-                        isolated.close()
-                        isolated = None
-                    isolated = isolated or Isolated(spec.method, threads)
-                    outcome = isolated.attempt(spec, on_progress)
-                    if not isolated.alive():  # it ended the process: the next run gets a fresh one
-                        isolated.close()
-                        isolated = None
-                else:
-                    outcome = attempt(spec, on_progress)
-            on_finished(spec, outcome)
-    except BaseException:  # Ctrl-C, SIGTERM: a run in flight there is stopped, its folder left unfinished
-        if isolated is not None:
-            isolated.close(kill=True)
-            isolated = None
-        raise
+        # Ctrl-C, SIGTERM: a run in flight in a process of its own is stopped, its folder left unfinished.
+        with Isolations(threads, spare) as isolations:
+            for spec in specs:
+                with epoch_progress(spec) as on_progress:
+                    outcome = (isolations.of(spec.method).attempt(spec, on_progress)
+                               if isolate and isolates(spec.method) else attempt(spec, on_progress))
+                on_finished(spec, outcome)
     finally:
-        if isolated is not None:
-            isolated.close()
         torch.set_num_threads(previous)
 
 
@@ -178,8 +169,8 @@ def end_process(code: int) -> NoReturn:
 def _serve(connection, threads: int, parent_pid: int) -> None:
     """A local worker process: answers each request it receives (``("run", spec, progress)``: the run's
     :class:`Outcome`, with ``("epochs", used)`` messages before it when ``progress``; ``("check", methods,
-    cases)``: :func:`check_methods`'s), telling the parent which method's code it is in as it enters and leaves it
-    (``("in", name, part)``)."""
+    cases)``: :func:`check_methods`'s; ``("call", function, args)``: :func:`called`'s), telling the parent which
+    method's code it is in as it enters and leaves it (``("in", name, part)``)."""
     os.environ.update(thread_environment(threads))  # before torch loads OpenMP and MKL, which read them once
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the sweep stops us
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
@@ -197,6 +188,8 @@ def _serve(connection, threads: int, parent_pid: int) -> None:
         if request[0] == "run":
             _, spec, progress = request
             outcome = attempt(spec, (lambda used: connection.send(("epochs", used))) if progress else None)
+        elif request[0] == "call":
+            outcome = called(request[1], *request[2])
         else:
             outcome = check_methods(*request[1:])
         try:
@@ -268,17 +261,16 @@ def _kind(method: object) -> str:
     return method if isolates(method) else ""
 
 
-def _death(worker: _Worker, spec: "RunSpec | None", loading: str | None = None) -> Outcome:
-    """The failure of a run (or, with ``loading``, of loading that method) whose worker process died under it: a
-    method's that is not bdl-bench's when its code was running or it is the run's method (exit 4), else a bug
-    (exit 70); killed by SIGKILL, the machine's (out of memory, exit 3)."""
+def _death(worker: _Worker, method: str | None, part: str | None = None) -> Outcome:
+    """The failure of what a worker process ran when it died under it: the failure of a method that is not
+    bdl-bench's (exit 4) when its code was running, or when ``method`` is the one whose code the process ran (in
+    its ``part``, where known), else a bug (exit 70); killed by SIGKILL, the machine's (out of memory, exit 3)."""
     process = worker.process
     process.join()
     code = process.exitcode
     how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
            -code in signal.Signals._value2member_map_ else f"ended with exit code {code}")
-    name, part = worker.inside or (loading or (spec.method if spec is not None and isolates(spec.method) else None),
-                                   "import and settings" if loading else None)
+    name, part = worker.inside or (method, part)
     if code == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
         whose = f"method {name!r}: its process" if name else "its worker process"
         return Outcome(None, EXIT_ENVIRONMENT, f"{whose} was killed by SIGKILL (out of memory, or killed by hand); "
@@ -304,20 +296,25 @@ class Isolated:
 
     def attempt(self, spec: "RunSpec", on_progress: Callable[[float], None] | None = None) -> Outcome:
         """Runs ``spec`` there; its outcome, the process's death included."""
-        return self._ask(("run", spec, on_progress is not None), spec, on_progress)
+        return self._ask(("run", spec, on_progress is not None), on_progress, self.method)
 
     def check(self, methods: list[str], cases: list[tuple[str, tuple[tuple[str, str], ...]]],
               spelling: Spelling = COMMAND_LINE) -> Outcome:
         """:func:`check_methods` there."""
-        return self._ask(("check", methods, cases, spelling), None, None, loading=", ".join(methods))
+        return self._ask(("check", methods, cases, spelling), None, ", ".join(methods), "import and settings")
 
-    def _ask(self, request, spec, on_progress, loading: str | None = None) -> Outcome:
+    def call(self, function: Callable, *args) -> Outcome:
+        """``function(*args)`` there (a module-level function, its arguments and value picklable), as
+        :func:`called` gives it: what ends the process is the method's failure."""
+        return self._ask(("call", function, args), None, self.method)
+
+    def _ask(self, request, on_progress, method: str, part: str | None = None) -> Outcome:
         try:
             self._worker.connection.send(request)
         except OSError:
-            return _death(self._worker, spec, loading)
+            return _death(self._worker, method, part)
         outcome = self._worker.receive(on_progress)
-        return outcome if outcome is not DIED else _death(self._worker, spec, loading)
+        return outcome if outcome is not DIED else _death(self._worker, method, part)
 
     def alive(self) -> bool:
         return self._worker.process.is_alive()
@@ -327,6 +324,34 @@ class Isolated:
         self._worker.stop(kill)
 
     def __enter__(self) -> "Isolated":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(kill=exc[0] is not None)
+
+
+class Isolations:
+    """A process of its own (:class:`Isolated`) for each method that :func:`isolates`, one at a time: the one of the
+    method last asked for serves that method's next calls too; another method's, or a method that ended its
+    process, gets a fresh one. ``spare``: one started already. Leaving it by an exception (Ctrl-C) kills the
+    process, whatever it runs."""
+
+    def __init__(self, threads: int, spare: "Isolated | None" = None):
+        self.threads, self._current = threads, spare
+
+    def of(self, method: str) -> Isolated:
+        if self._current is not None and (self._current.method != method or not self._current.alive()):
+            self.close()
+        if self._current is None:
+            self._current = Isolated(method, self.threads)
+        return self._current
+
+    def close(self, kill: bool = False) -> None:
+        if self._current is not None:
+            self._current.close(kill)
+            self._current = None
+
+    def __enter__(self) -> "Isolations":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -372,7 +397,7 @@ def run_in_workers(specs: Iterable["RunSpec"], workers: int, threads: int,
                     continue
                 spec = busy.pop(worker)
                 if outcome is DIED:
-                    outcome = _death(worker, spec)
+                    outcome = _death(worker, spec.method if isolates(spec.method) else None)
                     worker.stop(kill=False)
                 else:
                     idle.append(worker)

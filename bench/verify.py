@@ -23,6 +23,7 @@ marks verified runs.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,8 @@ import torch
 from approximators import get_method
 from approximators.base import recorded_config
 from bench import metrics, records
-from bench.errors import BenchError, ConfigError, DamagedFile
-from bench.executors import usable_cores
+from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere
+from bench.executors import Isolations, isolates, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
 from bench.tasks import PREDICTIVE_SAMPLES, get_task
 
@@ -140,11 +141,31 @@ def _not_bitwise(changes: dict[str, tuple] | None) -> str:
     return why
 
 
-def verify(folder: Path, cache: Path | None = None, method: str | None = None) -> Verification:
+def verify(folder: Path, cache: Path | None = None, method: str | None = None, isolate: bool = True,
+           isolations: Isolations | None = None) -> Verification:
     """Re-executes the run in ``folder`` on the CPU, with this process's torch threads, and compares it with its
     record (``method``: the method to re-execute it with, as ``--method`` takes it; needed for a method loaded as
-    ``package.module:ClassName``)."""
+    ``package.module:ClassName``).
+
+    A method that is not bdl-bench's (:func:`bench.executors.isolates`: ``method``, else the one the record names)
+    is re-executed, with ``isolate``, in a process of its own (``isolations``', else a new one), as ``run`` runs it:
+    whatever its code does there (``os._exit``, a crash) is raised here as
+    :class:`~bench.errors.FailedElsewhere`, one line naming the method (exit 4). Without ``isolate`` (``--debug``),
+    and for a built-in method, the re-execution runs in this process."""
     folder = Path(folder)
+    name = method if method is not None else _recorded(folder)["method"]
+    if not (isolate and isolates(name)):
+        return _re_executed(folder, cache, method)
+    with contextlib.ExitStack() as stack:
+        isolations = isolations or stack.enter_context(Isolations(torch.get_num_threads()))
+        outcome = isolations.of(name).call(_re_executed, folder, cache, method)
+    if outcome.exit_code:
+        raise FailedElsewhere(outcome.exit_code, outcome.failure)
+    return outcome.result
+
+
+def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verification:
+    """:func:`verify` in this process."""
     result = _recorded(folder)
     task = get_task(result["task"], cache)
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():

@@ -251,10 +251,11 @@ def check_method_name(method: str, source: str) -> None:
 
 
 def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False,
-              verify_method: str | None = None) -> RunRow:
+              verify_method: str | None = None, isolate: bool = True, isolations=None) -> RunRow:
     """Validates and re-scores one run folder; returns the row to store (recomputed metrics only). With
-    ``verify``, the run is first re-executed under the meter (:mod:`bench.verify`, with ``verify_method`` for a
-    run of a ``package.module:ClassName`` method) and refused unless it reproduces."""
+    ``verify``, the run is first re-executed under the meter (:func:`bench.verify.verify`, with ``verify_method`` for
+    a run of a ``package.module:ClassName`` method, ``isolate`` and ``isolations`` as it takes them) and refused
+    unless it reproduces."""
     folder = Path(folder)
     check_submitter(submitter, notes)
     result = read_result(folder)
@@ -280,7 +281,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     if verify:
         from bench.verify import verify as re_execute
 
-        verification = re_execute(folder, cache, verify_method)
+        verification = re_execute(folder, cache, verify_method, isolate, isolations)
         if not verification.passed:
             raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
     return RunRow(

@@ -4,12 +4,14 @@ multiply what a run holds beyond the machine's memory, are refused in one line b
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from approximators import METHODS, resolve_config
 from approximators import base as approximators_base
+from approximators.base import settings_bounds
 from bench import verify
 from bench.budget import MAX_BUDGET_EPOCHS, BudgetMeter
 from bench.errors import EXIT_BAD_INPUT, BudgetExhausted
@@ -54,7 +56,7 @@ GiB = 2**30
 MULTIPLYING = [  # method, task, setting, what the refusal names, a memory in which the defaults plan to fit
     ("de", "toy-gap", "members=1000000", "member", GiB), ("sgld", "toy-gap", "chains=1000000", "chain", GiB),
     ("csgmcmc", "digits", "chains=20000", "chain", 2 * GiB),
-    ("multiswag", "toy-gap", "rank=100000000", "more parameter vectors", GiB),
+    ("multiswag", "toy-gap", "runs=100000", "more parameter vectors", GiB),
     ("ae", "toy-gap", "epochs=1", "member", GiB), ("sae", "digits", "chains=9000", "chain", GiB // 2)]
 
 
@@ -133,3 +135,21 @@ def test_a_baseline_claiming_a_huge_budget_is_refused_before_check_trains(tmp_pa
 def test_the_re_execution_bound_itself_is_a_positive_finite_number(tmp_path, run_cli, value):
     code, _, err = run_cli("verify", tmp_path, "--max-epochs", value)
     assert_one_line(code, err, EXIT_BAD_INPUT, "--max-epochs")
+
+
+UNCHARGED = {"samples": "a predictive's draws: a pass over the test set each",
+             "rank": "SWAG's deviations: allocated whole, and each draw's cost grows with them"}
+"""Settings whose work no budget charges (issue 28's audit, docs/methods.md): each must have a finite cap."""
+
+
+@pytest.mark.parametrize("method", sorted(name for name, cls in METHODS.items()
+                                          if UNCHARGED.keys() & settings_bounds(cls.Config).keys()))
+def test_work_no_budget_charges_is_capped_and_refused_beyond_its_cap(tmp_path, run_cli, method):
+    bounds = settings_bounds(METHODS[method].Config)
+    for name in UNCHARGED.keys() & bounds.keys():
+        high = float(bounds[name].text[1:-1].split(",")[1])
+        assert math.isfinite(high), (method, name)
+        code, _, err = run_cli("--method", method, "--budget", "2", "--task", "toy-gap", "--out", tmp_path,
+                               "--quiet", "--set", f"{name}={int(high) + 1}")
+        assert_one_line(code, err, EXIT_BAD_INPUT, f"{name} must lie in")
+        assert not any(tmp_path.iterdir())

@@ -49,6 +49,15 @@ MODULE = textwrap.dedent('''
             threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon: Python would wait for it
             super().fit(problem, data, generator)
 
+    class ExitsOnce(Uncatchable):
+        name = "exits-once"
+        def fit(self, problem, data, generator):
+            mark = os.environ.get("EXIT_ONCE_MARK")  # unset: it trains as MAP does
+            if mark and not os.path.exists(mark):
+                open(mark, "w").close()
+                os._exit(0)
+            super().fit(problem, data, generator)
+
     class ChangesDirectory(Uncatchable):
         name = "changes-directory"
         def fit(self, problem, data, generator):
@@ -146,3 +155,24 @@ def test_the_isolated_check_names_what_was_given_as_the_caller_spells_it(tmp_pat
                    spelling=PYTHON)
     with pytest.raises(FailedElsewhere, match="--set lr"):
         sweep.plan(["uncatchable:ChangesDirectory"], ["toy-gap"], [2], [0], [("lr", "fast")], tmp_path)
+
+
+def test_verify_reports_a_re_execution_that_ends_its_process_and_verifies_the_other_folders(tmp_path, run_cli, site,
+                                                                                           monkeypatch):
+    """verify and submit --verify re-execute a plugin's runs in a process of its own too: a plugin ending that
+    process (os._exit(0) in its first re-execution) ended `verify` with exit 0 and the other folders unverified."""
+    runs = tmp_path / "runs"
+    code, out, err = run_cli("--method", "uncatchable:ExitsOnce", "--budget", "2", "--task", "toy-gap", "--seed",
+                             "0", "1", "--out", runs, "--quiet")
+    assert code == 0, (out, err)
+    monkeypatch.setenv("EXIT_ONCE_MARK", str(tmp_path / "exited"))
+    code, out, err = _command("verify", runs, "--method", "uncatchable:ExitsOnce")
+    assert_one_line(code, err, EXIT_METHOD)
+    assert _failed(err, "exits-once", "fit", "ended with exit code 0") and "seed-0: method" in err, err
+    assert "1 of 2 runs verified" in out and "predictions bitwise equal" in out, out
+    (tmp_path / "exited").unlink()
+    db = tmp_path / "board.sqlite"
+    code, _, err = _command("submit", runs, "--verify", "--method", "uncatchable:ExitsOnce", "--db", db)
+    assert_one_line(code, err, EXIT_METHOD)
+    assert _failed(err, "exits-once", "fit", "ended with exit code 0"), err
+    assert not db.exists()
