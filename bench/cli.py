@@ -348,7 +348,10 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     check.add_argument("--update", action="store_true",
                        help="measure the configuration and rewrite the baseline (with --method or --task: extend "
                             "it, replacing only what was measured)")
-    check.add_argument("--seeds", type=_positive_int, default=None, help="with --update: number of seeds (default 10)")
+    check.add_argument("--seeds", type=_positive_int, default=None,
+                       help="with --update: number of seeds (default 10); in a check: only the baseline's first N "
+                            "seeds, compared exactly (where the baseline's environment matches; a statistical check "
+                            "reruns them all)")
     _add_list(check, "--budget", metavar="[METHOD=]EPOCHS",
               help="with --update: the budget of every method, or of one (--budget sgd=10 de=20, or repeated; "
                    "default: each method's check_budget); stored in the baseline")
@@ -830,14 +833,12 @@ def _cmd_check(args) -> int:
         print(gate.describe_baseline(baseline))
         print(f"wrote {terminal_text(args.baseline)}")
         return 0
-    if args.seeds is not None:
-        raise BenchError("--seeds chooses what --update measures; a check reruns the baseline's seeds")
     if args.budget or args.settings:
         raise BenchError("--budget and --set choose what --update measures; a check reruns the baseline's "
                          "budgets and settings")
     report = gate.check(args.baseline, methods=args.methods, tasks=args.task, tolerance=args.tolerance,
                         statistical=args.statistical, max_epochs=args.max_epochs, workers=args.workers,
-                        threads=args.threads)
+                        threads=args.threads, seeds=args.seeds)
     print(report.text())
     return 0 if report.passed else 1
 

@@ -686,13 +686,25 @@ def _load_gated(path: Path, name: str, source: str) -> None:
 
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False,
-          max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1) -> Report:
+          max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1,
+          seeds: int | None = None) -> Report:
     """Reruns the baseline's configuration for ``methods`` x ``tasks`` (default: all of the baseline's) and compares.
     ``methods`` by name or as the baseline's update named them (``package.module:ClassName``); ``workers`` and
-    ``threads`` as :func:`measure` takes them."""
+    ``threads`` as :func:`measure` takes them. ``seeds``: only the baseline's first ``seeds`` seeds, in exact mode
+    alone: there training is deterministic, so a change in what a method computes moves every seed's bits and a
+    few seeds show it; the statistical mode needs every seed the baseline holds (one line otherwise)."""
     baseline = load_baseline(path)
     tolerance = _checked_tolerance(tolerance)
     configuration = baseline["configuration"]
+    if seeds is not None:
+        held = len(configuration["seeds"])
+        if seeds > held:
+            raise BenchError(f"--seeds {seeds}: {path} holds {held} seeds; a check reruns at most those")
+        if statistical or _numerics_changes(baseline):
+            raise BenchError(f"--seeds {seeds} checks the first seeds exactly, which only the baseline's environment "
+                             f"allows; a statistical check reruns all {held} seeds (leave --seeds out)")
+        configuration = {**configuration, "seeds": configuration["seeds"][:seeds]}
+        baseline = {**baseline, "configuration": configuration}
     # Files written before methods could come from outside bdl-bench load every method by its name.
     sources = {name: configuration.get("sources", {}).get(name, name) for name in baseline["results"]}
     aliases = {**{source: name for name, source in sources.items()}, **{name: name for name in sources}}

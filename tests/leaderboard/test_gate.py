@@ -120,8 +120,23 @@ def test_missing_method_task_or_baseline_and_bad_options_are_clear_errors(tmp_pa
     assert code == 2 and "check --update" in err and err.count("\n") == 1
     code, _, err = run_cli("check", "--baseline", BASELINE, "--tolerance", "-1")
     assert code == 2 and "--tolerance must be a positive number" in err
-    code, _, err = run_cli("check", "--baseline", BASELINE, "--seeds", "3")
-    assert code == 2 and "--seeds chooses what --update measures" in err
+    code, _, err = run_cli("check", "--baseline", BASELINE, "--seeds", "11")
+    assert code == 2 and "holds 10 seeds; a check reruns at most those" in err
+    code, _, err = run_cli("check", "--baseline", BASELINE, *SUBSET, "--seeds", "2", "--statistical")
+    assert code == 2 and "a statistical check reruns all 10 seeds" in err
+
+
+def test_the_first_seeds_are_checked_exactly_and_a_change_moves_them(tmp_path, monkeypatch, run_cli):
+    """CI's gate reruns the baseline's first seeds where the environment matches: deterministic training moves every
+    seed's bits when what a method computes changes, so the first ones show it."""
+    path = tmp_path / "baseline.json"
+    assert run_cli("check", "--update", "--baseline", path, "--method", "de", "--task", "toy-gap", "--seeds", "3",
+                   "--budget", "10")[0] == 0
+    code, out, err = run_cli("check", "--baseline", path, "--seeds", "1")
+    assert code == 0 and "check passed (exact)" in out, out + err
+    monkeypatch.setitem(MAP_DEFAULTS, "toy-gap", {**MAP_DEFAULTS["toy-gap"], "lr": 1e-3})
+    code, out, _ = run_cli("check", "--baseline", path, "--seeds", "1")
+    assert code == 1 and "MOVED: first de" in out
 
 
 @pytest.mark.parametrize("metric, block_size, noise_floor, expected", [
