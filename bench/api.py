@@ -110,7 +110,8 @@ from bench.tasks.custom import make_task
 
 def run(task: str, method: str | type[Approximator], budget: float, seed: int = 0, *,
         settings: dict[str, object] | None = None, device: str = "cpu", out: str | Path = "runs",
-        label: str | None = None, force: bool = False, cache: str | Path | None = None, threads: int = 1) -> dict:
+        label: str | None = None, force: bool = False, cache: str | Path | None = None, threads: int = 1,
+        predictions: bool = True) -> dict:
     """Runs ``method`` on ``task`` for ``budget`` epochs with ``seed``, as ``python -m bench run`` does, and
     returns the result record (written to ``out/<task>/<method>/budget-<budget>/seed-<seed>/``).
 
@@ -119,7 +120,8 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
     method's config fields, each of the field's type or text as ``--set`` takes it. ``seed``: a whole number in
     [0, 2^63). ``device``: ``"cpu"``, ``"cuda"`` or ``"auto"``.
     ``threads``: torch's threads while it runs (default 1, as on the command line; the caller's setting is restored
-    after). The same run finished earlier in ``out`` (same task, method, budget, seed and configuration) is not
+    after). ``predictions=False`` keeps the record alone, without ``predictions.npz`` (as ``--no-predictions``). The
+    same run finished earlier in ``out`` (same task, method, budget, seed and configuration) is not
     trained again: its stored record is returned, as ``python -m bench run`` shows it and :func:`sweep` skips it
     (``force=True`` trains it again, replacing it); a finished run of another configuration in that folder is an
     error naming what differs. Every argument is checked before anything
@@ -132,7 +134,8 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
                    seed=_seed(seed, "seed"), device=_device(device), out=_folder(out, "out"),
                    overrides=tuple(_setting_texts(settings, [method_class])), force=_flag(force, "force"),
                    cache=None if cache is None else _folder(cache, "cache"), label=label,
-                   command=_call("run", task=task, method=method, budget=budget, seed=seed, settings=settings))
+                   command=_call("run", task=task, method=method, budget=budget, seed=seed, settings=settings),
+                   keep_predictions=_flag(predictions, "predictions"))
     check_label(spec.label)
     config = resolve_config(method_class, spec.task, dict(spec.overrides), PYTHON)  # a bad setting in the API's words
     with _torch_threads(threads):  # checks threads before a finished run is returned
@@ -147,7 +150,7 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
           task: "str | list[str] | None" = None, seed: "int | list[int]" = 0, settings: dict[str, object] | None = None,
           device: str = "cpu", out: str | Path = "runs", force: bool = False, cache: str | Path | None = None,
           threads: int = 1, workers: int | None = None, executor: str = "local", ray_address: str | None = None,
-          quiet: bool = False) -> list[dict]:
+          quiet: bool = False, predictions: bool = True) -> list[dict]:
     """Runs every combination of ``method``, ``task`` (default: the embedded MLP tasks), ``budget``, ``seed`` and
     setting variant, as ``python -m bench sweep`` does, and returns the records of its runs (dicts as stored in each
     ``result.json``, in the order task by task within method within variant, as planned; :func:`table` flattens them,
@@ -159,7 +162,7 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
     the same configuration is not trained again but read from its folder, so the same call after an interruption
     finishes what is left (``force``: every run trains again). ``threads``, ``workers``, ``executor`` (``"local"`` or
     ``"ray"``) and ``ray_address`` as ``sweep``'s options; ``quiet`` turns off the progress bars (drawn only on a
-    terminal). Every argument and every planned run is checked before the first run trains, each failure one
+    terminal); ``predictions=False`` keeps each run's record alone (as ``--no-predictions``). Every argument and every planned run is checked before the first run trains, each failure one
     :class:`BenchError` line naming the argument; a run that fails does not stop the others, and then
     :class:`SweepFailed` is raised at the end, holding the finished runs' records and each failure.
     """
@@ -181,7 +184,7 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
     runs = sweep_runs.plan(methods, tasks, budgets, seeds, pairs, _folder(out, "out"), _device(device),
                            None if cache is None else _folder(cache, "cache"),
                            _call("sweep", method=method, budget=budget, task=task, seed=seed, settings=settings),
-                           _flag(force, "force"), PYTHON)
+                           _flag(force, "force"), PYTHON, keep_predictions=_flag(predictions, "predictions"))
     outcomes = sweep_runs.execute(runs, executor, workers, threads, ray_address, _flag(quiet, "quiet"))
     finished = sweep_runs.finished_records(runs, outcomes)
     failed = [(run.folder, outcomes[run].exit_code, outcomes[run].failure) for run in runs

@@ -156,6 +156,12 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     return parser
 
 
+def _add_no_predictions(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-predictions", action="store_true",
+                        help="keep each run's record alone, without predictions.npz (the record holds the "
+                             "predictions' sha256, which `verify` compares bitwise; `submit` needs the predictions)")
+
+
 def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=prog, description=(
         "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
@@ -178,6 +184,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="overwrite a finished run")
     run.add_argument("--label", help="a human name for this configuration, shown on the leaderboard instead of its "
                                      "configuration hash (1 to 100 printable characters)")
+    _add_no_predictions(run)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_cache(run)
 
@@ -218,6 +225,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                                                "else the user's data folder)")
     sweep.add_argument("--name", help="with --submit: the submitter's name (default: the user name)")
     sweep.add_argument("--notes", help="with --submit: free-text notes stored with every run")
+    _add_no_predictions(sweep)
     sweep.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_cache(sweep)
 
@@ -325,6 +333,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                                                    "new or replaced; a folder, FIFO, device or /dev/stdout is "
                                                    "refused: leave --output out to write to standard output)")
     board.add_argument("--db", type=Path, help=db_help)
+    board.add_argument("--no-shipped", action="store_true",
+                       help="leave out the results shipped with bdl-bench (every built-in method on every embedded "
+                            "task, labelled 'shipped'; shown by default beside the database's runs)")
 
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
@@ -408,7 +419,8 @@ def _cmd_run(args) -> int:
                 title = run_title(task, method.name, args.budget, seed)
                 spec = RunSpec(task=task, method=args.method, budget=args.budget, seed=seed, device=args.device,
                                out=out, overrides=tuple(args.overrides), force=args.force, cache=cache,
-                               label=args.label, command=args.command_line)
+                               label=args.label, command=args.command_line,
+                               keep_predictions=not args.no_predictions)
                 with progress.epochs(title, args.budget) as on_progress:
                     if isolated is None:
                         result = run(spec, on_progress=on_progress)
@@ -452,6 +464,8 @@ def _cmd_sweep(args) -> int:
 
     if not args.submit and (args.db is not None or args.name is not None or args.notes is not None):
         raise BenchError("--db, --name and --notes say where and as whom --submit submits; add --submit")
+    if args.submit and args.no_predictions:
+        raise BenchError("--submit re-scores each run from its predictions; leave out --no-predictions")
     if args.submit:  # who submits is checked before a run trains, not after the last one
         from leaderboard.submission import check_submitter
 
@@ -464,7 +478,7 @@ def _cmd_sweep(args) -> int:
             if foreign and not args.debug and args.executor == "local" else None
         runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds or [0], args.overrides, args.out,
                           args.device, args.cache, args.command_line, args.force, isolate=not args.debug,
-                          isolated=spare)
+                          isolated=spare, keep_predictions=not args.no_predictions)
         skipped = sum(run.finished for run in runs)
         print(f"sweep: {len(runs)} run{'s' if len(runs) != 1 else ''}, {skipped} finished earlier (skipped), "
               f"{len(runs) - skipped} to train")
@@ -804,8 +818,20 @@ def _cmd_leaderboard(args) -> int:
     if args.output:  # a folder, FIFO or device there: refused before the database is read
         file_to_write(args.output, "the --output file")
     tasks, budgets = dict.fromkeys(args.task or [None]), dict.fromkeys(args.budget or [None])
-    with Store(args.db or default_db_path(), read_only=True) as store:  # never writes, never waits long
-        rows = [row for task in tasks for budget in budgets for row in store.runs(task=task, budget=budget)]
+    db = args.db or default_db_path()
+    rows = []
+    if args.db is not None or args.no_shipped or db.exists():  # a database named, needed, or there is read
+        with Store(db, read_only=True) as store:  # never writes, never waits long
+            rows = [row for task in tasks for budget in budgets for row in store.runs(task=task, budget=budget)]
+    else:
+        print(f"no leaderboard database at {terminal_text(db)} yet: showing the shipped results", file=sys.stderr)
+    if not args.no_shipped:
+        from leaderboard import shipped
+
+        found, stale = shipped.rows(args.task, args.budget)
+        rows += found
+        for line in stale:
+            print(terminal_text(line), file=sys.stderr)
     if not rows:
         chosen = " ".join(f"{name} {', '.join(f'{v:g}' if isinstance(v, float) else v for v in values)}"
                           for name, values in (("task", tasks), ("budget", budgets)) if None not in values)

@@ -5,12 +5,15 @@ configuration, and a finished run of another configuration is refused with both 
 (``--force`` replaces it on purpose). While a run works it holds an exclusive lock on its folder
 (``flock`` on ``.lock``), so a second run into the same folder fails at once instead of racing it.
 ``result.json`` is written last, so its presence marks a finished run; both files are written
-atomically (temporary file in the same folder, then rename).
+atomically (temporary file in the same folder, then rename). The record holds the sha256 of the predictions
+(``predictions_sha256``), so a folder may keep the record alone (``--no-predictions``: the shipped results,
+:mod:`leaderboard.shipped`) and still be verified bitwise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import sys
@@ -105,8 +108,16 @@ def claimed(folder: Path, force: bool, config: dict | None = None) -> Iterator[N
         yield
 
 
-def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict) -> None:
-    atomic_write_bytes(folder / PREDICTIONS, npz_bytes(**{key: predictions}))
+def predictions_sha256(predictions: np.ndarray) -> str:
+    """The sha256 of a predictive's float64 values in C order: what a record says its predictions were (a run written
+    without ``predictions.npz``, as the shipped results are, keeps only this; ``verify`` compares it bitwise)."""
+    return hashlib.sha256(np.ascontiguousarray(predictions, dtype=np.float64).tobytes()).hexdigest()
+
+
+def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict, keep_predictions: bool = True) -> None:
+    """Writes the run's predictions (unless not ``keep_predictions``), then its record, each atomically."""
+    if keep_predictions:
+        atomic_write_bytes(folder / PREDICTIONS, npz_bytes(**{key: predictions}))
     atomic_write_bytes(folder / RESULT, json_bytes(result))
 
 
@@ -137,6 +148,8 @@ METHOD_SOURCE = re.compile(r"\w+(\.\w+)*:(\w+|<locals>)(\.(\w+|<locals>))*")
 :func:`approximators.method_source` writes it (the class's qualified name, ``make.<locals>.Mine`` for a class defined
 in a function, which ``run`` records too though it cannot be loaded again)."""
 
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),
     "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float), "seed": (int,),
@@ -164,13 +177,20 @@ def finite_number(value) -> bool:
     return -sys.float_info.max <= value <= sys.float_info.max  # False for NaN and the infinities
 
 
+SHIPPED_LABEL = "shipped"
+"""The leaderboard's label of the results shipped with bdl-bench (:mod:`leaderboard.shipped`), which no run takes."""
+
+
 def check_label(label, source: str) -> None:
     """``label`` is None (no label) or 1 to ``MAX_LABEL_CHARS`` printable characters, not only spaces, as ``run
-    --label`` takes it (it is shown in table cells and plot legends)."""
+    --label`` takes it (it is shown in table cells and plot legends), and not :data:`SHIPPED_LABEL`."""
     from bench.runner import MAX_LABEL_CHARS
 
     if label is not None and not (printable(label, MAX_LABEL_CHARS) and label.strip()):
         raise DamagedFile(f"{source}: a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only spaces")
+    if label is not None and label.strip().casefold() == SHIPPED_LABEL:
+        raise DamagedFile(f"{source}: the label {SHIPPED_LABEL!r} marks the results shipped with bdl-bench; choose "
+                          "another")
 
 
 def check_budget_range(budget, source: str) -> None:
@@ -247,6 +267,9 @@ def check_record(result: dict, path: Path) -> None:
     if change is not None and not printable(change, MAX_ARCHITECTURE_CHANGE_CHARS):
         raise DamagedFile(f"{path}: architecture_change must be null or 1 to {MAX_ARCHITECTURE_CHANGE_CHARS} "
                           "printable characters")
+    digest = result.get("predictions_sha256")
+    if digest is not None and not (isinstance(digest, str) and SHA256_HEX.fullmatch(digest)):
+        raise DamagedFile(f"{path}: predictions_sha256 must be null or 64 lowercase hexadecimal digits")
     _check_method(result, path)
 
 

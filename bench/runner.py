@@ -45,6 +45,9 @@ def check_label(label: str | None) -> None:
                                   and label.isprintable() and label.strip()):
         raise ConfigError(f"a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only spaces; "
                           f"got {label!r}")
+    if label is not None and label.strip().casefold() == records.SHIPPED_LABEL:
+        raise ConfigError(f"the label {records.SHIPPED_LABEL!r} marks the results shipped with bdl-bench; choose "
+                          "another")
 
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -290,6 +293,8 @@ class RunSpec:
     cache: Path | None = None
     label: str | None = None
     command: str | None = None
+    keep_predictions: bool = True
+    """Write ``predictions.npz`` beside the record (False: the record alone, with the predictions' sha256)."""
 
 
 def _prepare(spec: RunSpec, device: torch.device,
@@ -352,7 +357,8 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "git": source_checkout(),
             "command": spec.command,
             "reference": {"sha256": reference.sha256, "key": reference.key},
+            "predictions_sha256": records.predictions_sha256(predictions),
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }
-        records.write_run(folder, reference.key, predictions, result)
+        records.write_run(folder, reference.key, predictions, result, spec.keep_predictions)
     return result

@@ -80,13 +80,15 @@ def _normalised(config) -> dict:
 def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: list[int],
          settings: list[tuple[str, str]], out: Path, device: str = "cpu", cache: Path | None = None,
          command: str | None = None, force: bool = False, spelling: Spelling = COMMAND_LINE,
-         isolate: bool = True, isolated: "executors.Isolated | None" = None) -> list[PlannedRun]:
+         isolate: bool = True, isolated: "executors.Isolated | None" = None,
+         keep_predictions: bool = True) -> list[PlannedRun]:
     """Every run of the sweep, checked before any trains: methods (names, or classes from Python), tasks and
     settings exist, no two variants give a method the same configuration, and no run folder holds a finished run of
     another configuration (``force``: every run trains, replacing what its folder holds). ``spelling``: how a
     failure names what was given. ``isolate``: a method that is not bdl-bench's, named by a string, is loaded and
     its settings resolved in a process of its own first (:func:`bench.executors.check_isolated`; in ``isolated``
-    when given, a process :func:`execute` can then run the method's runs in)."""
+    when given, a process :func:`execute` can then run the method's runs in). ``keep_predictions``: as
+    :class:`~bench.runner.RunSpec` takes it."""
     out = Path(out).absolute()  # before any method's code runs: a working directory it changes moves nothing
     cache = None if cache is None else Path(cache).absolute()
     task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
@@ -115,7 +117,8 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
                 for budget, seed in itertools.product(budget_list, seed_list):
                     folder = records.run_folder(root, task, name, budget, seed)
                     spec = RunSpec(task=task, method=given, budget=budget, seed=seed, device=device, out=root,
-                                   overrides=variant.overrides, force=force, cache=cache, command=command)
+                                   overrides=variant.overrides, force=force, cache=cache, command=command,
+                                   keep_predictions=keep_predictions)
                     finished = not force and records.finished_with(folder, config, spelling)
                     runs.append(PlannedRun(spec, name, variant.name, folder, finished))
     return runs

@@ -14,7 +14,10 @@ seed from ``result.json``, trains the method again under a fresh meter, and comp
 - otherwise the re-execution behaves like another seed, so the recorded predictive must be as close
   to the re-execution as seed-to-seed variation allows: its distance to the re-execution (mean total
   variation for classification, mean W1 for regression) at most ``CROSS_ENVIRONMENT_FACTOR`` times the
-  distance between two re-executions with different seeds (the recorded one and ``seed + 1``).
+  distance between two re-executions with different seeds (the recorded one and ``seed + 1``);
+- a folder that holds its record alone (``--no-predictions``, as the shipped results): the sha256 of the
+  re-execution's predictions against the one recorded, where the run's numerics are the re-execution's; elsewhere
+  it cannot be compared, and is reported not verified without training.
 
 This answers "the budget is self-reported": a run trained longer than it claims, or whose predictions
 were edited, does not reproduce. ``submit --verify`` verifies before inserting and the leaderboard
@@ -171,7 +174,20 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
                                 f"settings than this installation's version {task.version}; it cannot be re-executed")
-    recorded = _recorded_predictions(folder, task, result["reference"]["key"])
+    digest = result.get("predictions_sha256")
+    changes = _changes(result)
+    if digest is not None and not (folder / records.PREDICTIONS).exists():
+        recorded = None  # a record alone (--no-predictions): its predictions' sha256 is compared, bitwise only
+        if changes != {}:
+            return Verification(folder, "cross-environment", False,
+                                f"holds its predictions' sha256 alone (no {records.PREDICTIONS}), which only a "
+                                f"re-execution with the run's numerics can compare; not re-executed: "
+                                f"{_not_bitwise(changes)}", torch.get_num_threads())
+    else:
+        recorded = _recorded_predictions(folder, task, result["reference"]["key"])
+        if digest not in (None, records.predictions_sha256(recorded)):
+            raise VerificationError(f"{folder}: {records.PREDICTIONS} does not hold the predictions its record's "
+                                    f"sha256 names: they changed after the run")
     method = _method_of(result, folder, method)
     config = _recorded_config(method, result["config"], folder)
     seed = result["seed"]
@@ -192,7 +208,11 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
         budget_problems.append(
             f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
     threads = torch.get_num_threads()
-    changes = _changes(result)
+    if recorded is None:
+        same = records.predictions_sha256(predictions) == digest
+        detail = "predictions' sha256 equal" if same else "the re-executed predictions' sha256 differs from the record's"
+        return Verification(folder, "bitwise", same and not budget_problems,
+                            "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}", threads)
     if predictions.shape != recorded.shape:
         return Verification(folder, "bitwise" if changes == {} else "cross-environment", False,
                             f"recorded predictions have shape {recorded.shape}, the re-execution {predictions.shape}",

@@ -268,7 +268,14 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     if result["reference"]["sha256"] != reference.sha256 or result["reference"]["key"] != reference.key:
         raise SubmissionError(f"{source}: scored against reference sha256 {result['reference']['sha256'][:16]}..., "
                               f"but the registry's {task.name} reference is {reference.sha256[:16]}...")
+    if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists():
+        raise SubmissionError(f"{folder}: holds its record alone (written with --no-predictions); submitting re-scores "
+                              "a run from its predictions: run it again without --no-predictions")
     predictions = read_predictions(folder / records.PREDICTIONS, Expected.of(task, reference))
+    digest = records.predictions_sha256(predictions)
+    if result.get("predictions_sha256") not in (None, digest):
+        raise SubmissionError(f"{source}: records predictions with sha256 {result['predictions_sha256'][:16]}..., but "
+                              f"{records.PREDICTIONS} holds {digest[:16]}...: the predictions changed after the run")
     scored = _scored(task, reference, predictions)
     check_claimed_metrics(result["metrics"], scored[OVERALL_BLOCK], f"{source} metrics")
     if set(result["metrics_by_block"]) != set(scored) - {OVERALL_BLOCK}:
@@ -288,7 +295,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
         reference_sha256=reference.sha256, config_hash=config_hash(result["config"]), config=result["config"],
-        source="run", predictions_sha256=hashlib.sha256(predictions.tobytes()).hexdigest(),
+        source="run", predictions_sha256=digest,
         epochs_used=float(result["epochs_used"]), test_passes=float(result["test_passes"]),
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
@@ -365,7 +372,7 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
                 task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
                 method=method, budget=float(budget), seed=seed, reference_sha256=reference.sha256,
                 config_hash=config_hash(config), config=config, source="competition-zip",
-                predictions_sha256=hashlib.sha256(predictions.tobytes()).hexdigest(), epochs_used=None,
+                predictions_sha256=records.predictions_sha256(predictions), epochs_used=None,
                 test_passes=None, wall_seconds=None, device=None, versions={},
                 noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
                 submitter=submitter, notes=notes, finished_at=None, submitted_at=_now(),

@@ -44,13 +44,14 @@ def test_the_contract_keeps_its_signatures():
     assert list(inspect.signature(api.PredictiveAccumulator).parameters) == ["problem", "n_members", "generator",
                                                                             "model"]
     assert list(inspect.signature(api.run).parameters) == ["task", "method", "budget", "seed", "settings", "device",
-                                                           "out", "label", "force", "cache", "threads"]
+                                                           "out", "label", "force", "cache", "threads",
+                                                           "predictions"]
     assert list(inspect.signature(api.fit).parameters) == ["task", "method", "budget", "seed", "settings", "device",
                                                            "threads"]
     assert list(inspect.signature(api.sweep).parameters) == ["method", "budget", "task", "seed", "settings", "device",
                                                              "out", "force", "cache", "threads", "workers", "executor",
-                                                             "ray_address", "quiet"]
-    assert [p.kind for p in inspect.signature(api.sweep).parameters.values()] == [inspect.Parameter.KEYWORD_ONLY] * 14
+                                                             "ray_address", "quiet", "predictions"]
+    assert [p.kind for p in inspect.signature(api.sweep).parameters.values()] == [inspect.Parameter.KEYWORD_ONLY] * 15
     assert list(inspect.signature(api.read_runs).parameters) == ["out"]
     assert list(inspect.signature(api.table).parameters) == ["records"]
     assert list(inspect.signature(api.dataframe).parameters) == ["records"]
@@ -88,6 +89,25 @@ def test_a_run_from_python_equals_the_command_lines(tmp_path, run_cli):
     assert from_python["metrics"] == from_cli["metrics"]
     assert from_cli["command"].endswith("--method sgd --budget 1 --task toy-gap --seed 5 --out "
                                         f"{tmp_path / 'cli'} --quiet")
+
+
+def test_a_record_alone_from_python_and_the_command_line(tmp_path, run_cli):
+    """predictions=False (--no-predictions) writes result.json alone, with the sha256 of the predictions the same run
+    writes otherwise."""
+    kept = api.run("toy-gap", "sgd", 1, out=tmp_path / "kept")
+    alone = api.run("toy-gap", "sgd", 1, out=tmp_path / "alone", predictions=False)
+    swept = api.sweep(method="sgd", task="toy-gap", budget=1, out=tmp_path / "swept", predictions=False)
+    assert run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", tmp_path / "cli", "--quiet",
+                   "--no-predictions")[0] == 0
+    with np.load(records.run_folder(tmp_path / "kept", "toy-gap", "sgd", 1, 0) / records.PREDICTIONS) as npz:
+        digest = records.predictions_sha256(npz["samples"])
+    assert kept["predictions_sha256"] == alone["predictions_sha256"] == swept[0]["predictions_sha256"] == digest
+    for out in ("alone", "swept", "cli"):
+        folder = records.run_folder(tmp_path / out, "toy-gap", "sgd", 1, 0)
+        assert (folder / records.RESULT).is_file() and not (folder / records.PREDICTIONS).exists()
+    code, _, err = run_cli("sweep", "--method", "sgd", "--task", "toy-gap", "--budget", "1", "--out", tmp_path / "s",
+                           "--no-predictions", "--submit")
+    assert code == 2 and "leave out --no-predictions" in err and not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("call, message", [

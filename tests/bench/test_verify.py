@@ -41,8 +41,9 @@ def test_an_honest_run_verifies_bitwise(honest):
 def test_one_altered_prediction_fails_bitwise(honest):
     with np.load(honest / records.PREDICTIONS) as npz:
         samples = npz["samples"].copy()
-    samples[7, 3] += 1e-6
-    records.write_run(honest, "samples", samples, json.loads((honest / records.RESULT).read_text()))
+    samples[7, 3] += 1e-6  # and the record's sha256 edited to match, as a forger would
+    records.write_run(honest, "samples", samples, {**json.loads((honest / records.RESULT).read_text()),
+                                                   "predictions_sha256": records.predictions_sha256(samples)})
     verification = verify(honest)
     assert not verification.passed and "1 of 121000 prediction values differ" in verification.detail
 
@@ -72,7 +73,9 @@ def test_from_another_environment_honest_passes_and_a_longer_trained_predictive_
     _edit_result(honest, environment={"cpu": "another machine"})
     verification = verify(honest)
     assert verification.passed and verification.mode == "cross-environment"
-    shutil.copy(runs / "budget-100" / "seed-0" / records.PREDICTIONS, honest / records.PREDICTIONS)
+    longer = runs / "budget-100" / "seed-0"
+    shutil.copy(longer / records.PREDICTIONS, honest / records.PREDICTIONS)
+    _edit_result(honest, predictions_sha256=json.loads((longer / records.RESULT).read_text())["predictions_sha256"])
     verification = verify(honest)
     assert not verification.passed and "W1(recorded, re-executed)" in verification.detail
 
@@ -158,3 +161,30 @@ def test_an_edited_record_is_one_line_before_it_is_re_executed(honest, run_cli, 
     path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
     code, _, err = run_cli("verify", honest)
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_record_alone_verifies_bitwise_by_its_predictions_sha256(runs, honest):
+    """A folder written with --no-predictions (the shipped results) keeps the predictions' sha256: the re-execution's
+    must equal it; a changed digest, or a run from other numerics (which only a bitwise comparison could check), is
+    not verified, the latter without training."""
+    with np.load(honest / records.PREDICTIONS) as npz:
+        digest = records.predictions_sha256(npz["samples"])
+    assert json.loads((honest / records.RESULT).read_text())["predictions_sha256"] == digest
+    (honest / records.PREDICTIONS).unlink()
+    verification = verify(honest)
+    assert (verification.mode, verification.passed) == ("bitwise", True) and "sha256 equal" in verification.detail
+    _edit_result(honest, predictions_sha256="0" * 64)
+    verification = verify(honest)
+    assert not verification.passed and "sha256 differs" in verification.detail
+    _edit_result(honest, predictions_sha256=digest, environment={"cpu": "another machine"})
+    verification = verify(honest)
+    assert not verification.passed and "not re-executed" in verification.detail
+
+
+def test_predictions_that_changed_after_the_run_contradict_its_sha256(runs, honest):
+    """The record's sha256 names the predictions the run wrote: a predictions file swapped for another run's is one
+    line, even from another machine (where the predictive comparison might let a small change pass)."""
+    shutil.copy(runs / "budget-100" / "seed-0" / records.PREDICTIONS, honest / records.PREDICTIONS)
+    _edit_result(honest, environment={"cpu": "another machine"})
+    with pytest.raises(Exception, match="changed after the run"):
+        verify(honest)

@@ -55,7 +55,8 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         "budget": budget, "epochs_used": budget, "test_passes": 1.0, "seed": seed, "metrics": overall,
         "metrics_by_block": by_block, "noise_floor": reference.noise_floor, "wall_seconds": 1.5, "device": "cpu",
         **method_fields(method, task.name, config), "versions": {"torch": "test"},
-        "reference": {"sha256": reference.sha256, "key": reference.key}, "finished_at": "2025-01-01T00:00:00+00:00",
+        "reference": {"sha256": reference.sha256, "key": reference.key},
+        "predictions_sha256": records.predictions_sha256(predictions), "finished_at": "2025-01-01T00:00:00+00:00",
         **fields,
     }
     folder = records.run_folder(out, task.name, method, budget, seed)

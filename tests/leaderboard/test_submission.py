@@ -142,6 +142,10 @@ def _labelled(label):
     (_broken_json, "run record is damaged"),
     *[(_labelled(label), "result.json: a label must be 1 to 100 printable characters, not only spaces")
       for label in ("", "   ", "x" * 101, "two\nlines", "bell\x07", 7, ["a"])],
+    (_labelled("Shipped"), "the label 'shipped' marks the results shipped with bdl-bench"),
+    (_field_set("predictions_sha256", "0" * 64), "the predictions changed after the run"),
+    (_field_set("predictions_sha256", "ABC"), "predictions_sha256 must be null or 64 lowercase hexadecimal digits"),
+    (lambda folder: (folder / records.PREDICTIONS).unlink(), "holds its record alone (written with --no-predictions)"),
 ])
 def test_bad_submissions_are_refused_with_one_line_and_change_nothing(damage, message, tmp_path, db_path, make_run,
                                                                       run_cli):

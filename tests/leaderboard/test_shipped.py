@@ -1,0 +1,78 @@
+"""The shipped results (leaderboard.shipped): records alone, shown by the leaderboard by default and marked, the
+README's table generated from them; the store itself complete, with each method's current defaults, and bitwise
+reproducible here."""
+
+import dataclasses
+import json
+
+import pytest
+
+from approximators import METHODS, resolve_config
+from bench import records
+from leaderboard import shipped
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch, make_run):
+    """A small shipped store: sgd and de on digits and toy-gap, budget 10, seeds 0-2, records alone."""
+    root = tmp_path / "shipped"
+    for task in ("digits", "toy-gap"):
+        for method, amount in (("sgd", 0.3), ("de", 0.1)):
+            for seed in shipped.SEEDS:
+                folder = make_run(root, task, method=method, seed=seed, amount=amount + 0.01 * seed)
+                (folder / records.PREDICTIONS).unlink()
+    monkeypatch.setattr(shipped, "FOLDER", root)
+    return root
+
+
+def test_shipped_records_become_rows_labelled_shipped(store):
+    rows, stale = shipped.rows()
+    assert len(rows) == 12 and stale == []
+    assert {(r.label, r.source, r.submitter) for r in rows} == {(shipped.LABEL, "shipped", shipped.SUBMITTER)}
+    assert len(shipped.rows(tasks=["digits"], budgets=[10.0])[0]) == 6 and shipped.rows(budgets=[100.0])[0] == []
+
+
+def test_a_record_made_for_another_task_version_is_left_out_and_said(store):
+    folder = records.run_folder(store, "digits", "sgd", 10.0, 0)
+    result = json.loads((folder / records.RESULT).read_text())
+    (folder / records.RESULT).write_text(json.dumps({**result, "task_fingerprint": "0" * 64}))
+    rows, stale = shipped.rows()
+    assert len(rows) == 11 and len(stale) == 1 and "made for another version of digits" in stale[0]
+
+
+def test_the_leaderboard_shows_the_shipped_results_beside_the_database_s_runs(store, tmp_path, db_path, make_run,
+                                                                             run_cli):
+    code, out, err = run_cli("leaderboard", "--task", "digits")
+    assert code == 0 and "showing the shipped results" in err
+    assert "| sgd (shipped)" in out and "| de (shipped)" in out and "bdl-bench" in out
+    mine = make_run(tmp_path / "runs", "digits", method="sgd", amount=0.2)
+    assert run_cli("submit", mine, "--name", "alice")[0] == 0
+    code, out, err = run_cli("leaderboard", "--task", "digits")
+    assert code == 0 and err == ""
+    assert "| sgd (shipped)" in out and "| sgd " in out.replace("| sgd (shipped)", "")
+    code, out, _ = run_cli("leaderboard", "--task", "digits", "--no-shipped")
+    assert code == 0 and "(shipped)" not in out and "| sgd " in out
+
+
+def test_without_a_database_and_without_the_shipped_results_there_is_nothing_to_show(store, db_path, run_cli):
+    code, _, err = run_cli("leaderboard", "--no-shipped")
+    assert code != 0 and err.count("\n") == 1 and str(db_path) in err
+
+
+def test_no_run_takes_the_shipped_label(tmp_path, run_cli):
+    code, _, err = run_cli("run", "--method", "sgd", "--task", "toy-gap", "--budget", "1", "--label", " shipped",
+                           "--out", tmp_path)
+    assert code == 2 and "marks the results shipped with bdl-bench" in err and not (tmp_path / "toy-gap").exists()
+
+
+def test_the_readme_table_ranks_each_task_s_best_entries_at_the_largest_budget(store, monkeypatch):
+    monkeypatch.setattr(shipped, "BUDGETS", (10.0,))
+    table = shipped.readme_table(shipped.rows()[0])
+    lines = table.splitlines()
+    assert lines[0] == shipped.README_BEGIN and lines[-1] == shipped.README_END
+    digits = lines.index("| digits | | HMC noise floor | 0.9965 | 0.0090 | |")
+    assert lines[digits + 1].startswith("| | 1 | de | ") and lines[digits + 2].startswith("| | 2 | sgd | ")
+    assert any(line.startswith("| toy-gap | | HMC noise floor | ") for line in lines)
+    text = f"# x\n\n{shipped.README_BEGIN}\nold\n{shipped.README_END}\n\nafter\n"
+    assert shipped.readme_with_table(text, table) == f"# x\n\n{table}\n\nafter\n"
+
