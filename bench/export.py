@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import records
-from bench.errors import BenchError
+from bench.errors import BenchError, DamagedFile
 from bench.tasks import PREDICTIVE_SAMPLES
 from bench.tasks.competition import OFFICIAL_TEST_ROWS, SPECS, SUBMISSION_FILES, read_manifest
 from reference.official import official_checksums
@@ -43,9 +43,12 @@ def _run_predictions(folder: Path, result: dict, rows: int, columns: int) -> np.
     expected = Expected(result["task"], "classification" if spec.reference_key == "probs" else "regression",
                         result["reference"]["key"], rows, columns)
     try:
-        return read_predictions(folder / records.PREDICTIONS, expected)
-    except SubmissionError as error:
+        records.check_predictions_kept(folder, result, "a competition submission")
+        predictions = read_predictions(folder / records.PREDICTIONS, expected)
+        records.check_predictions_recorded(folder, result, predictions)
+    except (SubmissionError, DamagedFile) as error:
         raise BenchError(str(error)) from None
+    return predictions
 
 
 def _expected_rows(task: str, result: dict, cache) -> int:

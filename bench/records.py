@@ -114,6 +114,22 @@ def predictions_sha256(predictions: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(predictions, dtype=np.float64).tobytes()).hexdigest()
 
 
+def check_predictions_kept(folder: Path, result: dict, needs: str) -> None:
+    """A folder holding its record alone (``--no-predictions``) is one line saying so: ``needs`` (what is being done)
+    needs the predictions themselves."""
+    if result.get("predictions_sha256") and not (Path(folder) / PREDICTIONS).exists():
+        raise DamagedFile(f"{folder}: holds its record alone (written with --no-predictions); {needs} needs its "
+                          "predictions: run it again without --no-predictions")
+
+
+def check_predictions_recorded(folder: Path, result: dict, predictions: np.ndarray) -> None:
+    """The predictions read from ``folder`` are the ones its record's sha256 names (a record without one, from an
+    older version, names none)."""
+    if result.get("predictions_sha256") not in (None, predictions_sha256(predictions)):
+        raise DamagedFile(f"{folder}: {PREDICTIONS} does not hold the predictions its record's sha256 names: they "
+                          "changed after the run")
+
+
 def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict, keep_predictions: bool = True) -> None:
     """Writes the run's predictions (unless not ``keep_predictions``), then its record, each atomically."""
     if keep_predictions:

@@ -185,9 +185,10 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
                                 f"{_not_bitwise(changes)}", torch.get_num_threads())
     else:
         recorded = _recorded_predictions(folder, task, result["reference"]["key"])
-        if digest not in (None, records.predictions_sha256(recorded)):
-            raise VerificationError(f"{folder}: {records.PREDICTIONS} does not hold the predictions its record's "
-                                    f"sha256 names: they changed after the run")
+        try:
+            records.check_predictions_recorded(folder, result, recorded)
+        except DamagedFile as error:
+            raise VerificationError(str(error)) from None
     method = _method_of(result, folder, method)
     config = _recorded_config(method, result["config"], folder)
     seed = result["seed"]

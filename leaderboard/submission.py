@@ -268,14 +268,12 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     if result["reference"]["sha256"] != reference.sha256 or result["reference"]["key"] != reference.key:
         raise SubmissionError(f"{source}: scored against reference sha256 {result['reference']['sha256'][:16]}..., "
                               f"but the registry's {task.name} reference is {reference.sha256[:16]}...")
-    if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists():
-        raise SubmissionError(f"{folder}: holds its record alone (written with --no-predictions); submitting re-scores "
-                              "a run from its predictions: run it again without --no-predictions")
-    predictions = read_predictions(folder / records.PREDICTIONS, Expected.of(task, reference))
-    digest = records.predictions_sha256(predictions)
-    if result.get("predictions_sha256") not in (None, digest):
-        raise SubmissionError(f"{source}: records predictions with sha256 {result['predictions_sha256'][:16]}..., but "
-                              f"{records.PREDICTIONS} holds {digest[:16]}...: the predictions changed after the run")
+    try:
+        records.check_predictions_kept(folder, result, "submitting (which re-scores the predictions)")
+        predictions = read_predictions(folder / records.PREDICTIONS, Expected.of(task, reference))
+        records.check_predictions_recorded(folder, result, predictions)
+    except DamagedFile as error:
+        raise SubmissionError(str(error)) from None
     scored = _scored(task, reference, predictions)
     check_claimed_metrics(result["metrics"], scored[OVERALL_BLOCK], f"{source} metrics")
     if set(result["metrics_by_block"]) != set(scored) - {OVERALL_BLOCK}:
@@ -295,7 +293,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
         reference_sha256=reference.sha256, config_hash=config_hash(result["config"]), config=result["config"],
-        source="run", predictions_sha256=digest,
+        source="run", predictions_sha256=records.predictions_sha256(predictions),
         epochs_used=float(result["epochs_used"]), test_passes=float(result["test_passes"]),
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),

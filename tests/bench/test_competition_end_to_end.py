@@ -7,7 +7,7 @@ import zipfile
 
 import numpy as np
 
-from bench import download as dl
+from bench import download as dl, records
 from bench.tasks import COMPETITION
 from bench.tasks.competition import SPECS, SUBMISSION_FILES
 
@@ -65,14 +65,15 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
     assert code == 2 and "exists; pass --force" in err
 
 
-def _fake_run(folder, task, key, array, sha="0" * 64):
+def _fake_run(folder, task, key, array, sha="0" * 64, keep_predictions=True, **fields):
     folder.mkdir(parents=True)
-    np.savez(folder / "predictions.npz", **{key: array})
+    if keep_predictions:
+        np.savez(folder / "predictions.npz", **{key: array})
     # every field a run record holds (export reads it as submit does); sgd at its defaults for the task
     (folder / "result.json").write_text(json.dumps({
         "task": task, "task_version": 1, "task_fingerprint": "f", "method": "sgd", "config": {}, "budget": 10.0,
         "epochs_used": 10.0, "test_passes": 1.0, "seed": 0, "metrics": {}, "metrics_by_block": {}, "wall_seconds": 1.0,
-        "device": "cpu", "versions": {}, "reference": {"key": key, "sha256": sha}}))
+        "device": "cpu", "versions": {}, "reference": {"key": key, "sha256": sha}, **fields}))
     return folder
 
 
@@ -90,6 +91,10 @@ def test_export_refuses_what_the_competition_would_not_score(tmp_path, fixture_c
         "rows must sum to 1": _fake_run(tmp_path / "bad", "dermamnist", "probs", probs * 2, official),
         "not the official one": _fake_run(tmp_path / "other-ref", "dermamnist", "probs", probs, "a" * 64),
         "holds no finished run": tmp_path / "nothing",
+        "holds its record alone": _fake_run(tmp_path / "alone", "dermamnist", "probs", probs, official, False,
+                                            predictions_sha256=records.predictions_sha256(probs)),
+        "they changed after the run": _fake_run(tmp_path / "edited", "dermamnist", "probs", probs, official,
+                                                predictions_sha256="0" * 64),
     }
     for message, folder in cases.items():
         code, _, err = run_cli("export-submission", folder, "--out", tmp_path / "x.zip", "--cache", tmp_path)

@@ -143,7 +143,7 @@ def _labelled(label):
     *[(_labelled(label), "result.json: a label must be 1 to 100 printable characters, not only spaces")
       for label in ("", "   ", "x" * 101, "two\nlines", "bell\x07", 7, ["a"])],
     (_labelled("Shipped"), "the label 'shipped' marks the results shipped with bdl-bench"),
-    (_field_set("predictions_sha256", "0" * 64), "the predictions changed after the run"),
+    (_field_set("predictions_sha256", "0" * 64), "they changed after the run"),
     (_field_set("predictions_sha256", "ABC"), "predictions_sha256 must be null or 64 lowercase hexadecimal digits"),
     (lambda folder: (folder / records.PREDICTIONS).unlink(), "holds its record alone (written with --no-predictions)"),
 ])
