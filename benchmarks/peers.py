@@ -61,6 +61,9 @@ from bench.tasks import get_task
 from bench.tasks.competition import synthetic_task
 from bench.tasks.models import SameConv2d
 
+PREDICTIVE = "peer::predictive"
+"""The name of the region that holds a peer's test predictive (``torch.profiler.record_function``, which costs
+nothing measurable without a profiler): ``benchmarks/profiles.py`` counts the time in it as the predictive's."""
 ROWS = 512  # LeNet-5's random training rows (and test rows): a few hundred keep a measurement within seconds
 PEERS = {"swag": ("swa_gaussian", "pip install --no-deps swa_gaussian==0.1.9"),
          "ivon": ("ivon-opt", 'pip install -e ".[peers]"'),
@@ -155,9 +158,10 @@ def swag_peer(task, epochs: int) -> Callable[[], torch.Tensor]:
                 collector.collect_model(model)
         test = [(task.x_test, torch.zeros(task.x_test.shape[0]))]
         probabilities = 0
-        for _ in range(c.samples):
-            collector.sample(scale=c.scale, cov=True)
-            probabilities = probabilities + swag.utils.predict(test, collector, "cpu")["predictions"]
+        with torch.profiler.record_function(PREDICTIVE):
+            for _ in range(c.samples):
+                collector.sample(scale=c.scale, cov=True)
+                probabilities = probabilities + swag.utils.predict(test, collector, "cpu")["predictions"]
         return probabilities / c.samples
 
     return run
@@ -367,7 +371,7 @@ def ivon_peer(task, epochs: int) -> Callable[[], torch.Tensor]:
                         F.cross_entropy(model(x), y).backward()
                 optimiser.step()
         probabilities = 0
-        with torch.no_grad():
+        with torch.no_grad(), torch.profiler.record_function(PREDICTIVE):
             for _ in range(c.samples):
                 with optimiser.sampled_params():
                     probabilities = probabilities + F.softmax(model(task.x_test), dim=1)
@@ -378,6 +382,23 @@ def ivon_peer(task, epochs: int) -> Callable[[], torch.Tensor]:
 
 # --- Laplace: laplace-torch ----------------------------------------------------------------------------------------
 
+def adam_map(task, model: torch.nn.Module, c, epochs: int, generator: torch.Generator) -> None:
+    """MAP as ours trains it (``c``: an :class:`approximators.training.AdamConfig`): ``torch.optim.Adam`` with a
+    cosine decay from lr to min_lr over the steps, the prior as L2 on the mean minibatch loss."""
+    optimiser = torch.optim.Adam(model.parameters(), lr=c.lr, betas=(c.beta1, c.beta2),
+                                 weight_decay=1 / (task.n_train * task.prior_variance))
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, epochs * math.ceil(task.n_train / c.batch_size),
+                                                          eta_min=c.min_lr)
+    loss = F.cross_entropy if task.kind == "classification" else \
+        lambda outputs, targets: -task.likelihood.log_prob(outputs, targets).mean()
+    for _ in range(epochs):
+        for idx in batches(task.n_train, c.batch_size, generator):
+            optimiser.zero_grad()
+            loss(model(task.x_train[idx]), task.y_train[idx]).backward()
+            optimiser.step()
+            schedule.step()
+
+
 def laplace_peer(task, epochs: int, predictive: str) -> Callable[[], torch.Tensor]:
     from laplace import Laplace
 
@@ -386,20 +407,10 @@ def laplace_peer(task, epochs: int, predictive: str) -> Callable[[], torch.Tenso
     # Whole minibatches by one indexing each (a BatchSampler, no per-row collation); .dataset is what fit reads N from.
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=torch.utils.data.BatchSampler(
         torch.utils.data.SequentialSampler(dataset), c.batch_size, drop_last=False))
-    steps = epochs * math.ceil(task.n_train / c.batch_size)
 
     def run():
         generator, model = fresh_start(task)
-        # MAP as ours: Adam with a cosine decay from lr to min_lr over the steps, the prior as L2 on the mean loss.
-        optimiser = torch.optim.Adam(model.parameters(), lr=c.lr, betas=(c.beta1, c.beta2),
-                                     weight_decay=1 / (task.n_train * task.prior_variance))
-        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, steps, eta_min=c.min_lr)
-        for _ in range(epochs):
-            for idx in batches(task.n_train, c.batch_size, generator):
-                optimiser.zero_grad()
-                F.cross_entropy(model(task.x_train[idx]), task.y_train[idx]).backward()
-                optimiser.step()
-                schedule.step()
+        adam_map(task, model, c, epochs, generator)
         posterior = Laplace(model, "classification", subset_of_weights="last_layer", hessian_structure="kron",
                             prior_precision=1 / task.prior_variance)
         posterior.fit(loader)
@@ -442,9 +453,9 @@ def posteriors_peer(task, epochs: int, chains: int) -> Callable[[], torch.Tensor
                 for idx in batches(n, c.batch_size, generator):
                     state, _ = transform.update(state, (task.x_train[idx], task.y_train[idx]), inplace=True)
                 if epoch >= burn_in:
-                    with torch.no_grad():
+                    with torch.no_grad(), torch.profiler.record_function(PREDICTIVE):
                         outputs = torch.func.functional_call(model, state.params, (task.x_test,))
-                    probabilities, kept = probabilities + F.softmax(outputs, dim=1), kept + 1
+                        probabilities, kept = probabilities + F.softmax(outputs, dim=1), kept + 1
         return probabilities / kept
 
     return run
@@ -546,6 +557,18 @@ def installed() -> set[str]:
     return present
 
 
+def epochs_and_repeats(parser: argparse.ArgumentParser, args, full: dict) -> tuple[int, int]:
+    """``--epochs`` and ``--repeats``, or their defaults (``full``, or :data:`QUICK` with ``--quick``); a parser
+    error below :data:`QUICK`'s epochs (SWAG's low-rank part needs two snapshots: 4 epochs at swa_start 0.54)."""
+    defaults = QUICK if args.quick else full
+    epochs = defaults["epochs"] if args.epochs is None else args.epochs
+    repeats = defaults["repeats"] if args.repeats is None else args.repeats
+    if epochs < QUICK["epochs"] or repeats < 1:
+        parser.error(f"--epochs must be at least {QUICK['epochs']} and --repeats at least 1, "
+                     f"got {epochs} and {repeats}")
+    return epochs, repeats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["digits", "digits-cnn", "dermamnist"],
@@ -555,12 +578,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['epochs']} epochs, {QUICK['repeats']} repeat")
     args = parser.parse_args()
-    defaults = QUICK if args.quick else FULL
-    epochs = defaults["epochs"] if args.epochs is None else args.epochs
-    repeats = defaults["repeats"] if args.repeats is None else args.repeats
-    if epochs < QUICK["epochs"] or repeats < 1:  # SWAG's low-rank part needs two snapshots: 4 epochs at swa_start 0.54
-        parser.error(f"--epochs must be at least {QUICK['epochs']} and --repeats at least 1, "
-                     f"got {epochs} and {repeats}")
+    epochs, repeats = epochs_and_repeats(parser, args, FULL)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # tensordict's, on importing posteriors
     warnings.filterwarnings("ignore", message=".*non-full backward hook.*")  # torchsso's hooks, transcribed
