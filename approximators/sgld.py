@@ -1,7 +1,7 @@
 r"""Stochastic gradient Langevin dynamics (Welling & Teh 2011): ``sgld``.
 
-``chains`` independent chains, vectorised on the engine (:mod:`approximators.engine`), each from
-its own initialisation, data order and noise. Each step, at temperature 1,
+``chains`` independent chains, vectorised on the engine (:mod:`approximators.engine`; ``vectorise=False``: one after
+another, the same chains), each from its own initialisation, data order and noise. Each step, at temperature 1,
 
     theta <- theta + (eps_t / 2) grad log p(theta | D) + N(0, eps_t I),
 
@@ -54,6 +54,7 @@ class SGLDConfig:
     chains: int = 4
     burn_in: float = 0.5
     thin: int = 1
+    vectorise: bool = True
 
     BOUNDS: ClassVar[dict[str, str]] = {
         "batch_size": "[1, inf)",
@@ -76,7 +77,10 @@ SGLD_DEFAULTS = {
     "digits": dict(batch_size=64, lr=0.3),
     "digits-cnn": dict(batch_size=64, lr=1.0),
     "digits-lstm": dict(batch_size=64, lr=1.0),
-    # The competition tasks use the class defaults (untuned; see the module docstring).
+    # The competition tasks use the class defaults (untuned; see the module docstring), but LeNet-5's chains run one
+    # after another: on a CPU, vmap makes the chains' convolutions grouped ones, whose kernels are slower than the
+    # chains' convolutions in turn (`python benchmarks/profiles.py --cases sgld`: 153 against 67 ms per chain-epoch).
+    "dermamnist": dict(vectorise=False),
 }
 
 
@@ -113,25 +117,35 @@ class StochasticGradientLangevin(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         epochs, _, _ = self.plan(budget)
-        return Footprint(self.config.chains, steps_for(epochs, n_train, self.config.batch_size), what="chain")
+        c = self.config
+        return Footprint(c.chains if c.vectorise else 1, steps_for(epochs, n_train, c.batch_size), what="chain")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config
         epochs, burn_in, samples = self.plan(data.meter.budget_epochs)
         generators, noise = chain_generators(generator, c.chains, data.device)
-        members = Members.start(problem, data, generators)
         steps = epochs * engine.steps_per_epoch(data.n_train, c.batch_size)
         first = 2 * c.lr / data.n_train
         schedule = polynomial_schedule(first, c.decay_offset, c.decay_power, steps) \
             if c.schedule == "polynomial" else [first] * steps
         accumulator = PredictiveAccumulator(problem, c.chains * samples, generator)
-
-        def keep(state, epoch):
-            if epoch >= burn_in and (epoch + 1 - burn_in) % c.thin == 0 and accumulator.added < accumulator.n_members:
-                accumulator.add(members.model.layout.unflatten(state.params.detach()))
-
-        engine.run(members.objective, SGLD(schedule, data.n_train, noise), members.params, data, epochs, c.batch_size,
-                   members.order_seeds, on_epoch=keep)
+        # Vectorised, the chains train together on one stacked network; otherwise one after another, each chain the
+        # same computation on its own streams (its generators decide it alone), only the average's order differs.
+        for group in [range(c.chains)] if c.vectorise else [[k] for k in range(c.chains)]:
+            members = Members.start(problem, data, [generators[k] for k in group])
+            engine.run(members.objective, SGLD(schedule, data.n_train, [noise[k] for k in group]), members.params,
+                       data, epochs, c.batch_size, members.order_seeds,
+                       on_epoch=self._keeper(members, accumulator, burn_in))
         self.report = {"chains": c.chains, "epochs_per_chain": epochs, "burn_in_epochs": burn_in,
                        "samples_per_chain": samples, "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()
+
+    def _keeper(self, members: Members, accumulator: PredictiveAccumulator, burn_in: int):
+        """The engine's end-of-epoch hook: after burn-in, every ``thin``-th epoch's state of ``members`` joins the
+        average."""
+        thin = self.config.thin
+
+        def keep(state, epoch):
+            if epoch >= burn_in and (epoch + 1 - burn_in) % thin == 0 and accumulator.added < accumulator.n_members:
+                accumulator.add(members.model.layout.unflatten(state.params.detach()))
+        return keep

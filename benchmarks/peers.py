@@ -517,7 +517,8 @@ def pairs(task, epochs: int, present: set[str]) -> list[Pair]:
                 f"`sgld` ({chains} chain{'s' * (chains > 1)})", "posteriors sgmcmc.sgld",
                 f"{chains} x {per_chain} epochs, {batch(sgld)}, {per_chain - round(sgld.burn_in * per_chain)} "
                 "samples a chain",
-                "ours: chains vectorised on one stacked network" if chains > 1 else
+                ("ours: chains vectorised on one stacked network" if sgld.vectorise else
+                 "ours: chains one after another (vectorise=false, sgld's default on LeNet-5)") if chains > 1 else
                 "ours: the engine's fused step; posteriors: torch.func.grad of a functional call per step",
                 ours(task, "sgld", chains * per_chain, {"chains": chains}),
                 posteriors_peer(task, per_chain, chains)))

@@ -1,5 +1,6 @@
 """SGLD as a method: the paper's step-size schedule, the budget rule, settings refused in one line."""
 
+import numpy as np
 import pytest
 
 from approximators.sgld import polynomial_schedule
@@ -39,3 +40,13 @@ def test_a_diverging_step_size_stops_with_one_line(fit):
     from bench.errors import TrainingDiverged
     with pytest.raises(TrainingDiverged, match="lower the step size"):
         fit("sgld", "toy-gap", 20, lr=1e6)
+
+
+@pytest.mark.parametrize("task", ["digits", "digits-cnn"])
+def test_chains_one_after_another_are_the_vectorised_chains(fit, task):
+    """vectorise=false runs each chain alone on its own streams: the same chains, the predictive equal to round-off
+    (a chain given another's generator, noise or data order would differ by far more)."""
+    together, together_meter = fit("sgld", task, budget=8, chains=3)
+    alone, alone_meter = fit("sgld", task, budget=8, chains=3, vectorise="false")
+    np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
+    assert together_meter.epochs_used == alone_meter.epochs_used == 6
