@@ -54,7 +54,7 @@ from approximators.sgld import chain_generators
 from approximators.training import Members
 from approximators.updates import SGHMC, SGLD
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import BudgetExhausted
 
 FORMS = ("sghmc", "sgld")
 EPOCHS_PER_CYCLE = 50
@@ -129,7 +129,7 @@ class CyclicalSGMCMC(Approximator):
                                   f"epochs, too few for {cycles} cycles")
         first_sample = length - c.samples_per_cycle  # 0-based epoch of the cycle whose end is the first sample
         if first_sample < 0 or first_sample + 1 <= c.exploration * length + 1e-9:
-            raise ConfigError(
+            raise BudgetExhausted(  # the budget sets the cycle's length (with the settings' cycles, or one per 50)
                 f"csgmcmc: {c.samples_per_cycle} samples per cycle of {length} epochs do not all fall in the "
                 f"sampling stage (after {c.exploration:g} of the cycle); lower samples_per_cycle or exploration, "
                 f"or raise the budget")

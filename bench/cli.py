@@ -226,6 +226,10 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     sweep.add_argument("--name", help="with --submit: the submitter's name (default: the user name)")
     sweep.add_argument("--notes", help="with --submit: free-text notes stored with every run")
     _add_no_predictions(sweep)
+    sweep.add_argument("--skip-infeasible", action="store_true",
+                       help="leave out, listed, the runs whose method's budget rule refuses their budget (sae below "
+                            "its first member's epochs, csgmcmc below a cycle that keeps its samples) instead of "
+                            "failing them; a method that runs in a process of its own is left to its runs")
     sweep.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_cache(sweep)
 
@@ -479,6 +483,10 @@ def _cmd_sweep(args) -> int:
         runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds or [0], args.overrides, args.out,
                           args.device, args.cache, args.command_line, args.force, isolate=not args.debug,
                           isolated=spare, keep_predictions=not args.no_predictions)
+        if args.skip_infeasible:
+            runs, lines = sweep.feasible(runs, args.cache)
+            for line in lines:
+                print(terminal_text(line))
         skipped = sum(run.finished for run in runs)
         print(f"sweep: {len(runs)} run{'s' if len(runs) != 1 else ''}, {skipped} finished earlier (skipped), "
               f"{len(runs) - skipped} to train")

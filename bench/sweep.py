@@ -124,6 +124,36 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
     return runs
 
 
+def feasible(runs: list[PlannedRun], cache: Path | None = None) -> tuple[list[PlannedRun], list[str]]:
+    """The planned runs whose method's budget rule accepts their budget, and one line per (method, task, budget,
+    variant) it refuses (SAE below its first member's epochs, cSG-MCMC below a cycle that can keep its samples), as
+    ``--skip-infeasible`` leaves them out. Only bdl-bench's methods and classes given from Python are asked here (as
+    ``run`` plans them, before any training); a method run in a process of its own
+    (:func:`bench.executors.isolates`) is left to its runs."""
+    from bench.errors import BudgetExhausted
+    from bench.runner import metered, planned
+
+    refused: dict[tuple, str | None] = {}
+    kept, lines = [], []
+    for run in runs:
+        key = (run.method, run.spec.task, run.spec.budget, run.variant)
+        if key not in refused:
+            refused[key] = None
+            if not executors.isolates(run.spec.method):
+                method, task = resolve_method(run.spec.method), get_task(run.spec.task, cache)
+                try:
+                    planned(method, resolve_config(method, task.name, dict(run.spec.overrides)),
+                            *metered(task, run.spec.budget))
+                except BudgetExhausted as error:
+                    refused[key] = str(error)
+                    variant = f" [{run.variant}]" if run.variant else ""
+                    lines.append(f"skipped: {run.spec.task} {run.method} budget {records.budget_label(run.spec.budget)}"
+                                 f"{variant}, every seed: {error}")
+        if refused[key] is None:
+            kept.append(run)
+    return kept, lines
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt():
     """SIGTERM (a scheduler's stop, ``kill``) ends the sweep like Ctrl-C: the workers are stopped, not orphaned."""

@@ -36,7 +36,7 @@ def test_cycles_and_samples_follow_the_budget_rule(fit, form):
 
 def test_samples_outside_the_sampling_stage_are_refused(fit):
     """A 20-epoch cycle with noise from 90%: the third-last epoch ends before any noise."""
-    with pytest.raises(ConfigError, match="sampling stage"):
+    with pytest.raises(BudgetExhausted, match="sampling stage"):
         fit("csgmcmc", "toy-gap", 20)
 
 

@@ -351,3 +351,18 @@ def test_a_ray_address_where_nothing_answers_is_one_line_at_once(tmp_path, run_c
     assert_one_line(code, err, EXIT_BAD_INPUT, "nothing answers at --ray-address 127.0.0.1:1")
     assert connected == [], "refused before Ray was asked to connect"
     assert not list(tmp_path.rglob(records.RESULT))
+
+
+def test_skip_infeasible_leaves_out_and_lists_the_runs_a_budget_rule_refuses(tmp_path, run_cli):
+    """sae's first member needs 100 epochs and csgmcmc's cycle must hold its samples: at 2 epochs their runs are
+    listed and left out, the others train, and the sweep succeeds; without the flag the refused runs fail it."""
+    args = ("sweep", "--method", "sgd", "sae", "csgmcmc", "--task", "toy-gap", "--budget", "2", "--seed", "0", "1",
+            "--quiet")
+    code, out, err = run_cli(*args, "--out", tmp_path / "skipping", "--skip-infeasible")
+    assert code == 0, err
+    assert out.count("skipped: toy-gap sae budget 2, every seed: sae: a budget of 2 epochs is too small") == 1
+    assert out.count("skipped: toy-gap csgmcmc budget 2, every seed: ") == 1
+    assert "sweep: 2 runs, 0 finished earlier (skipped), 2 to train" in out
+    assert sorted(p.name for p in (tmp_path / "skipping" / "toy-gap").iterdir()) == ["sgd"]
+    code, _, err = run_cli(*args, "--out", tmp_path / "failing")
+    assert code != 0 and "4 of 6 runs failed" in err
