@@ -81,18 +81,22 @@ class AnchoredEnsemble(Approximator):
     TASK_DEFAULTS = FIRST_MEMBER_DEFAULTS
     check_budget = 200.0  # two members of 100 epochs
 
+    def members(self, budget: float) -> int:
+        """How many members of ``epochs`` epochs the budget trains, or a one-line error before any work."""
+        members = math.floor(budget / self.config.epochs + 1e-9)
+        if members < 1:
+            raise BudgetExhausted(
+                f"ae: a budget of {budget:g} epochs is too small for one member of {self.config.epochs} epochs")
+        return members
+
     def footprint(self, budget: float, n_train: int) -> Footprint:
-        c = self.config
-        together = max(1, math.floor(budget / c.epochs + 1e-9)) if c.vectorise else 1
-        return Footprint(together, steps_for(c.epochs, n_train, c.batch_size), what="member")
+        c, members = self.config, self.members(budget)
+        return Footprint(members if c.vectorise else 1, steps_for(c.epochs, n_train, c.batch_size), what="member")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config
         budget = data.meter.budget_epochs
-        members = math.floor(budget / c.epochs + 1e-9)
-        if members < 1:
-            raise BudgetExhausted(
-                f"ae: a budget of {budget:g} epochs is too small for one member of {c.epochs} epochs")
+        members = self.members(budget)
         split = ValidationSplit.random(data.n_train, c.validation_fraction, generator)
         generators = member_generators(generator, members)
         model = StackedModel(problem.model_factory())

@@ -145,3 +145,16 @@ def test_the_report_says_what_the_allocation_chose():
     assert (sae.config.chains, sae.config.members_per_chain) == (0, 0)
     assert sae.report == {"chains": 2, "members_per_chain": 5, "members": 10, "epochs_unspent": 0.0}
     assert fit("toy-gap", "ae", 250).report == {"members": 2, "epochs_unspent": 50.0}
+
+
+@pytest.mark.parametrize("method", ["ae", "sae"])
+def test_a_budget_too_small_for_one_member_is_refused_when_the_run_is_planned(method):
+    """Before any training (``run`` plans first; ``sweep --skip-infeasible`` asks the same plan)."""
+    from approximators import METHODS, resolve_config
+    from bench.runner import metered, planned
+    from bench.tasks import get_task
+
+    problem, data = metered(get_task("toy-gap"), 50)
+    with pytest.raises(BudgetExhausted, match="too small"):
+        planned(METHODS[method], resolve_config(METHODS[method], "toy-gap", {}), problem, data)
+    assert data.meter.epochs_used == 0
