@@ -827,19 +827,20 @@ def _cmd_leaderboard(args) -> int:
         file_to_write(args.output, "the --output file")
     tasks, budgets = dict.fromkeys(args.task or [None]), dict.fromkeys(args.budget or [None])
     db = args.db or default_db_path()
+    shipped_rows, stale = [], []
+    if not args.no_shipped:
+        from leaderboard import shipped
+
+        shipped_rows, stale = shipped.rows(args.task, args.budget)
     rows = []
-    if args.db is not None or args.no_shipped or db.exists():  # a database named, needed, or there is read
+    if args.db is not None or db.exists() or not shipped_rows:  # a database named, or there, or nothing else to show
         with Store(db, read_only=True) as store:  # never writes, never waits long
             rows = [row for task in tasks for budget in budgets for row in store.runs(task=task, budget=budget)]
     else:
         print(f"no leaderboard database at {terminal_text(db)} yet: showing the shipped results", file=sys.stderr)
-    if not args.no_shipped:
-        from leaderboard import shipped
-
-        found, stale = shipped.rows(args.task, args.budget)
-        rows += found
-        for line in stale:
-            print(terminal_text(line), file=sys.stderr)
+    rows += shipped_rows
+    for line in stale:
+        print(terminal_text(line), file=sys.stderr)
     if not rows:
         chosen = " ".join(f"{name} {', '.join(f'{v:g}' if isinstance(v, float) else v for v in values)}"
                           for name, values in (("task", tasks), ("budget", budgets)) if None not in values)
