@@ -47,7 +47,12 @@ SHORT_RUNS = {
     "mfvi": (4, {"map_fraction": "0.25"}),
     "mc-dropout": (4, {}),
     "laplace": (4, {}),
+    # Full batch: every epoch is one leapfrog step (or a step of the step-size search) of one chain.
+    "hmc": (24, {"chains": "2", "leapfrog_steps": "4"}),
 }
+
+# The vectorised members and chains against the same ones trained one after another (``--methods`` names them).
+SEQUENTIAL = {f"{method}-sequential": method for method in ("ae", "sae", "sgld")}
 
 MARGINAL_REPEATS = 3
 
@@ -55,15 +60,22 @@ MARGINAL_REPEATS = 3
 def method_run(task: Task, method: str, device: torch.device, scale: int = 1) -> tuple[float, float, int]:
     """Seconds and charged epochs of ``method``'s short run (training and predictive) at ``scale`` times its
     budget, and its batch size."""
+    if method in SEQUENTIAL:
+        budget, overrides = SHORT_RUNS[SEQUENTIAL[method]]
+        method, overrides = SEQUENTIAL[method], {**overrides, "vectorise": "false"}
+    else:
+        budget, overrides = SHORT_RUNS[method]
     cls = METHODS[method]
-    budget, overrides = SHORT_RUNS[method]
     config = resolve_config(cls, task.name, overrides)
     problem, data = metered(task, budget * scale, device)
     started = time.perf_counter()
     cls(config).fit(problem, data, torch.Generator().manual_seed(0))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - started, data.meter.epochs_used, config.batch_size
+    # A full-batch method's epoch is one gradient of the whole training set: its plain peer is one step of
+    # full-batch gradient descent.
+    batch = getattr(config, "batch_size", task.n_train)
+    return time.perf_counter() - started, data.meter.epochs_used, batch
 
 
 def main() -> None:
@@ -71,7 +83,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=512)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
-    parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS))
+    parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS), choices=[*SHORT_RUNS, *SEQUENTIAL])
     parser.add_argument("--marginal", action="store_true", help="also the marginal cost of an epoch")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -80,11 +92,18 @@ def main() -> None:
         task = synthetic_task(name, args.rows, device)
         plain = {}  # batch size -> seconds of one plain SGD epoch
         row = {"task": name, "rows": args.rows}
+        method_run(task, "sgd", device)  # warm-up: the device's context, kernel choices and caches
         for method in args.methods:
-            seconds, epochs, batch = method_run(task, method, device)
+            try:
+                seconds, epochs, batch = method_run(task, method, device)
+            except Exception as error:  # one method failing on one model leaves the others' figures
+                row[method] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
+                print(name, method, row[method], flush=True)
+                continue
             if batch not in plain:
                 plain[batch] = min(plain_sgd_epoch(task, batch, device) for _ in range(2))
             row[method] = seconds / epochs / plain[batch]
+            print(name, method, f"{row[method]:.2f}", flush=True)
             if args.marginal:
                 extra = []
                 for _ in range(MARGINAL_REPEATS):
@@ -94,6 +113,7 @@ def main() -> None:
                 row[f"{method} marginal"] = statistics.median(extra) / plain[batch]
         row["plain SGD epoch (s), by batch"] = ", ".join(f"{b}: {t:.3f}" for b, t in sorted(plain.items()))
         rows.append(row)
+        print(row, flush=True)  # a long run on a lent machine keeps each task's row if a later one is cut off
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; "
           "one charged epoch of each method / one plain SGD epoch at the method's batch size")
     print(tabulate(rows, headers="keys", floatfmt=".2f"))
