@@ -41,7 +41,7 @@ g_i = grad_w [-log p(y_i | x_i, w_k)] the gradient of example i alone:
   against autograd's and, if they differ (a parameter used outside the module that holds it), warns and
   uses the next path from then on (recomputing that one minibatch). Per-example values are formed in
   chunks of examples small enough to stay in the CPU's cache (:data:`OUTER_PRODUCT_VALUES`,
-  :data:`CONVOLUTION_WINDOW_VALUES`), and every rule writes its sums into the caller's flat ``(K, D)``
+  :data:`CONVOLUTION_WINDOW_VALUES`; on a GPU, whole minibatches: :data:`ACCELERATOR_CHUNK_VALUES`), and every rule writes its sums into the caller's flat ``(K, D)``
   outputs (no per-step allocation of ``D`` values: on a CPU, fresh tensors of tens of megabytes cost more
   in page faults than the arithmetic on them).
 - **Any other model**: ``torch.func.vmap`` over members and over examples of ``torch.func.grad`` of the
@@ -179,6 +179,19 @@ at once. One thread, 128 examples, the layers of the competition models: chunks 
 of the time of chunks of 2**17 or 2**20, and of the earlier forms (a batched product per kernel offset; a
 convolution grouped by example for thin layers), e.g. 15 against 26 ms for the CNN-LSTM's 128 -> 64 one and
 4.3 against 8.1 ms for LeNet-5's 3 -> 6 one; the summed weight gradient alone takes 12.7 and 2.7 ms."""
+
+ACCELERATOR_CHUNK_VALUES = 2**25
+"""On a GPU both rules form up to this many values at once (128 MiB in float32), a minibatch of 128 of every
+layer of the competition models in one product: chunks sized for a CPU's cache launch thousands of small kernels, and
+VOGN on the AlexNet-like net of CIFAR-10-C spent 146 ms of its 1.7 s on the GPU, the rest launching them (H200,
+2048 rows; docs/speed.md)."""
+
+
+def _chunk_values(cpu_values: int, device: torch.device) -> int:
+    """How many values a rule forms at once on ``device``: ``cpu_values`` on a CPU, else
+    :data:`ACCELERATOR_CHUNK_VALUES`."""
+    return cpu_values if device.type == "cpu" else ACCELERATOR_CHUNK_VALUES
+
 
 MEAN_CHECK_TOLERANCE = 1e-3
 """On a model's first use, the layer-wise mean gradient may differ from autograd's by at most this fraction
@@ -389,7 +402,8 @@ def _outer_product_moments(weight: str, bias: str | None, inputs: torch.Tensor, 
         bias_gradients = d
     else:
         batch = inputs.shape[0]
-        _add_chunk_moments(total, total_square, batch, min(batch, max(1, OUTER_PRODUCT_VALUES // total.numel())),
+        values = _chunk_values(OUTER_PRODUCT_VALUES, total.device)
+        _add_chunk_moments(total, total_square, batch, min(batch, max(1, values // total.numel())),
                            lambda examples, out: torch.bmm(deltas[examples].transpose(1, 2), inputs[examples],
                                                            out=out[:examples.stop - examples.start]))
         bias_gradients = deltas.sum(1)
@@ -456,7 +470,7 @@ def _convolution_rule(unit: Unit, member: dict[str, torch.Tensor], calls: Calls,
                                for t in (total, total_square))
     largest = max(view[0].numel() for _, view in windows)  # one example's windows in its largest call
     batch = windows[0][0].shape[0]
-    chunk = min(batch, max(1, CONVOLUTION_WINDOW_VALUES // largest))
+    chunk = min(batch, max(1, _chunk_values(CONVOLUTION_WINDOW_VALUES, weight.device) // largest))
     window = weight.new_empty(chunk * largest)  # reused, as the products' buffer is
 
     def gradients(examples: slice, out: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ SHORT_RUNS = {
     "mc-dropout": (4, {}),
     "laplace": (4, {}),
     # Full batch: every epoch is one leapfrog step (or a step of the step-size search) of one chain.
-    "hmc": (24, {"chains": "2", "leapfrog_steps": "4"}),
+    "hmc": (60, {"chains": "2", "leapfrog_steps": "4"}),
 }
 
 # The vectorised members and chains against the same ones trained one after another (``--methods`` names them).
