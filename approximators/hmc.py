@@ -19,7 +19,9 @@ them). Burn-in lasts while less than ``burn_in`` of the budget is spent; an iter
 longest possible trajectory fits in what is left, so the run ends with the unspent epochs reported. At most
 ``2 * max_samples`` samples are kept: when that many are held, every other one is dropped and from then on
 only every other iteration is kept (the kept samples stay evenly spaced). The step-size search may spend at
-most half of the budget.
+most half of the budget. A budget with which some run could end before its first sample is refused when the run
+is planned (:meth:`BudgetedHMC.check_budget_rule`; with a trajectory of fixed length, whose steps depend on the
+step size found, only when the run ends without one).
 
 Deviations from the references' runs: a fixed number of leapfrog steps by default (a trajectory of the
 references' length takes 50 to 300 steps on the embedded tasks, so a budget of 100 epochs would not finish one),
@@ -128,17 +130,36 @@ class BudgetedHMC(Approximator):
         return dataclasses.replace(c, trajectory_length=hmc.default_trajectory_length(problem.prior_variance))
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
+        self.check_budget_rule(budget)  # refused when the run is planned, before training
         return Footprint(self.config.chains, 0, what="chain")
+
+    def check_budget_rule(self, budget: float) -> None:
+        """Refuses, in one line, a budget with which some run could end before its first sample. With
+        ``leapfrog_steps`` = L, an iteration costs at most T = chains * ceil(L (1 + jitter)) gradients, the initial
+        gradients and the step-size search at most chains + (budget - chains) / 2, and the last burn-in iteration
+        ends before burn_in * budget + T: a sample is certain once budget >= chains + 2 T and
+        budget (1 - burn_in) >= 2 T. With a trajectory of fixed length, its steps depend on the step size the search
+        finds, so only chains + chains epochs (one leapfrog step) are asked here and :meth:`fit` refuses the rest."""
+        c = self.config
+        if c.leapfrog_steps and c.trajectory_length:
+            raise ConfigError(f"hmc: trajectory_length sets the trajectory only with leapfrog_steps=0 (got "
+                              f"leapfrog_steps={c.leapfrog_steps}); set one of the two")
+        if budget < 2 * c.chains:
+            raise BudgetExhausted(f"hmc: a budget of {budget:g} epochs leaves {c.chains} chain(s) no leapfrog step "
+                                  f"after their initial gradients (at least {2 * c.chains} epochs)")
+        if c.leapfrog_steps:
+            iteration = c.chains * math.ceil(c.leapfrog_steps * (1 + c.jitter))
+            least = max(c.chains + 2 * iteration, math.ceil(2 * iteration / (1 - c.burn_in) - 1e-9))
+            if math.floor(budget + 1e-9) < least:
+                raise BudgetExhausted(
+                    f"hmc: a budget of {budget:g} epochs could end before a sample: {c.chains} chain(s) of up to "
+                    f"{iteration // c.chains} leapfrog steps per iteration, burn_in={c.burn_in:g}, need at least "
+                    f"{least} epochs")
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config
         meter = data.meter
-        if c.leapfrog_steps and c.trajectory_length:
-            raise ConfigError(f"hmc: trajectory_length sets the trajectory only with leapfrog_steps=0 (got "
-                              f"leapfrog_steps={c.leapfrog_steps}); set one of the two")
-        if meter.epochs_left < 2 * c.chains:
-            raise BudgetExhausted(f"hmc: a budget of {meter.budget_epochs:g} epochs leaves {c.chains} chain(s) no "
-                                  f"leapfrog step after their initial gradients (at least {2 * c.chains} epochs)")
+        self.check_budget_rule(meter.budget_epochs)
         generators = member_generators(generator, c.chains)
         model = StackedModel(problem.model_factory())
         rows = torch.arange(data.n_train)

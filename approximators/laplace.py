@@ -73,7 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
-from approximators.base import (DRAWS_BOUNDS, EVAL_CHUNK, Approximator, PredictiveAccumulator, Problem,
+from approximators.base import (DRAWS_BOUNDS, EVAL_CHUNK, Approximator, Footprint, PredictiveAccumulator, Problem,
                                 epochs_unspent, member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
@@ -339,9 +339,12 @@ class Laplace(Approximator):
     TASK_DEFAULTS = LAPLACE_DEFAULTS
     check_budget = 20.0
 
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        self.plan(budget)  # a budget the rule cannot use is refused when the run is planned, before training
+        return super().footprint(budget, n_train)
+
     def plan(self, budget: float) -> int:
         """MAP epochs, or a one-line error."""
-        c = self.config
         map_epochs = math.floor(budget + 1e-9) - 1
         if map_epochs < 1:
             raise BudgetExhausted(f"laplace: a budget of {budget:g} epochs leaves no epoch of MAP training before the "

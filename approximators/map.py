@@ -64,17 +64,24 @@ class DeepEnsemble(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         members = self.n_members()
+        self.epochs_per_member(budget)  # a budget too small is refused when the run is planned
         return Footprint(members, steps_for(budget / members, n_train, self.config.batch_size), what="member")
 
-    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+    def epochs_per_member(self, budget: float) -> int:
+        """Each member's whole epochs of ``budget``, or a one-line error."""
         members = self.n_members()
         if members < 1:
             raise BudgetExhausted(f"{self.name}: members must be at least 1, got {members}")
-        epochs = math.floor(data.meter.budget_epochs / members + 1e-9)
+        epochs = math.floor(budget / members + 1e-9)
         if epochs < 1:
             raise BudgetExhausted(
-                f"{self.name}: a budget of {data.meter.budget_epochs:g} epochs is too small for {members} "
-                f"members of at least one epoch each")
+                f"{self.name}: a budget of {budget:g} epochs is too small for {members} members of at least one "
+                f"epoch each")
+        return epochs
+
+    def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
+        members = self.n_members()
+        epochs = self.epochs_per_member(data.meter.budget_epochs)
         seeds = member_seeds(generator, 2 * members)
         init_seeds, order_seeds = seeds[:members], seeds[members:]
         model = StackedModel(problem.model_factory())

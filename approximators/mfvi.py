@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import DRAWS_BOUNDS, Approximator, Problem, epochs_unspent, mean_field_predictive, next_seed
+from approximators.base import (DRAWS_BOUNDS, Approximator, Footprint, Problem, epochs_unspent, mean_field_predictive,
+                                next_seed)
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
@@ -181,6 +182,10 @@ class MFVI(Approximator):
     Config = MFVIConfig
     TASK_DEFAULTS = MFVI_DEFAULTS
     check_budget = 20.0
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        self.plan(budget)  # a budget the rule cannot use is refused when the run is planned, before training
+        return super().footprint(budget, n_train)
 
     def plan(self, budget: float) -> tuple[int, int]:
         """(MAP epochs, VI epochs) or a one-line error."""

@@ -41,9 +41,9 @@ g_i = grad_w [-log p(y_i | x_i, w_k)] the gradient of example i alone:
   against autograd's and, if they differ (a parameter used outside the module that holds it), warns and
   uses the next path from then on (recomputing that one minibatch). Per-example values are formed in
   chunks of examples small enough to stay in the CPU's cache (:data:`OUTER_PRODUCT_VALUES`,
-  :data:`CONVOLUTION_WINDOW_VALUES`; on a GPU, whole minibatches: :data:`ACCELERATOR_CHUNK_VALUES`), and every rule writes its sums into the caller's flat ``(K, D)``
-  outputs (no per-step allocation of ``D`` values: on a CPU, fresh tensors of tens of megabytes cost more
-  in page faults than the arithmetic on them).
+  :data:`CONVOLUTION_WINDOW_VALUES`; on a GPU, whole minibatches: :data:`ACCELERATOR_CHUNK_VALUES`), and every
+  rule writes its sums into the caller's flat ``(K, D)`` outputs (no per-step allocation of ``D`` values: on a
+  CPU, fresh tensors of tens of megabytes cost more in page faults than the arithmetic on them).
 - **Any other model**: ``torch.func.vmap`` over members and over examples of ``torch.func.grad`` of the
   one-example loss (``functional_call`` on the model), in chunks of examples that bound the
   ``(K, chunk, D)`` per-example gradients held at once.

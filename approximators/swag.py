@@ -208,6 +208,7 @@ class SWAG(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         c = self.config
+        self.plan(budget, engine.steps_per_epoch(n_train, c.batch_size))  # too few snapshots: refused when planned
         return Footprint(c.runs, steps_for(budget / c.runs, n_train, c.batch_size), kept=c.runs * (c.rank + 2),
                          what="run")
 

@@ -53,7 +53,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from approximators import engine
-from approximators.base import DRAWS_BOUNDS, Approximator, Problem, epochs_unspent, mean_field_predictive
+from approximators.base import DRAWS_BOUNDS, Approximator, Footprint, Problem, epochs_unspent, mean_field_predictive
 from approximators.engine import Objective
 from approximators.per_example import gradient_moments
 from approximators.sgld import chain_generators
@@ -183,6 +183,10 @@ class VOGN(Approximator):
     Config = VOGNConfig
     TASK_DEFAULTS = VOGN_DEFAULTS
     check_budget = 20.0
+
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        self.plan(budget, n_train)  # a budget the rule cannot use is refused when the run is planned, before training
+        return super().footprint(budget, n_train)
 
     def plan(self, budget: float, n_train: int) -> int:
         """Epochs trained after the initialisation minibatch (each costing ``mc_samples`` epochs), or a one-line error."""

@@ -153,3 +153,22 @@ def test_work_no_budget_charges_is_capped_and_refused_beyond_its_cap(tmp_path, r
                                "--quiet", "--set", f"{name}={int(high) + 1}")
         assert_one_line(code, err, EXIT_BAD_INPUT, f"{name} must lie in")
         assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("budget", [1.0, 2.0, 10.0])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_a_budget_too_small_for_a_method_is_refused_by_its_plan_not_its_training(method, budget):
+    """A budget a method's rule cannot use is refused when the run is planned (what `sweep --skip-infeasible` asks),
+    never after training began: a plan that accepts a budget trains within it."""
+    from bench.errors import ConfigError
+    from bench.runner import fit_and_predict, planned
+
+    task = get_task("toy-gap")
+    cls = METHODS[method]
+    problem, data = metered(task, budget)
+    try:
+        approximator = planned(cls, resolve_config(cls, task.name, {}), problem, data)
+    except (BudgetExhausted, ConfigError):
+        return
+    fit_and_predict(approximator, problem, data, seed=0)
+    assert 0 < data.meter.epochs_used <= budget
