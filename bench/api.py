@@ -83,6 +83,7 @@ from __future__ import annotations
 import numbers
 import os
 import typing
+import warnings
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -150,7 +151,7 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
           task: "str | list[str] | None" = None, seed: "int | list[int]" = 0, settings: dict[str, object] | None = None,
           device: str = "cpu", out: str | Path = "runs", force: bool = False, cache: str | Path | None = None,
           threads: int = 1, workers: int | None = None, executor: str = "local", ray_address: str | None = None,
-          quiet: bool = False, predictions: bool = True) -> list[dict]:
+          quiet: bool = False, predictions: bool = True, skip_infeasible: bool = False) -> list[dict]:
     """Runs every combination of ``method``, ``task`` (default: the embedded MLP tasks), ``budget``, ``seed`` and
     setting variant, as ``python -m bench sweep`` does, and returns the records of its runs (dicts as stored in each
     ``result.json``, in the order task by task within method within variant, as planned; :func:`table` flattens them,
@@ -162,7 +163,10 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
     the same configuration is not trained again but read from its folder, so the same call after an interruption
     finishes what is left (``force``: every run trains again). ``threads``, ``workers``, ``executor`` (``"local"`` or
     ``"ray"``) and ``ray_address`` as ``sweep``'s options; ``quiet`` turns off the progress bars (drawn only on a
-    terminal); ``predictions=False`` keeps each run's record alone (as ``--no-predictions``). Every argument and every planned run is checked before the first run trains, each failure one
+    terminal); ``predictions=False`` keeps each run's record alone (as ``--no-predictions``); ``skip_infeasible``
+    leaves out the runs whose method's budget rule refuses their budget, one :class:`UserWarning` per method, task,
+    budget and variant (as ``--skip-infeasible``). Every argument and every planned run is checked before the first
+    run trains, each failure one
     :class:`BenchError` line naming the argument; a run that fails does not stop the others, and then
     :class:`SweepFailed` is raised at the end, holding the finished runs' records and each failure.
     """
@@ -185,6 +189,10 @@ def sweep(*, method: "str | type[Approximator] | list", budget: "float | list[fl
                            None if cache is None else _folder(cache, "cache"),
                            _call("sweep", method=method, budget=budget, task=task, seed=seed, settings=settings),
                            _flag(force, "force"), PYTHON, keep_predictions=_flag(predictions, "predictions"))
+    if _flag(skip_infeasible, "skip_infeasible"):
+        runs, refused = sweep_runs.feasible(runs, None if cache is None else _folder(cache, "cache"))
+        for line in refused:
+            warnings.warn(line, UserWarning, stacklevel=2)
     outcomes = sweep_runs.execute(runs, executor, workers, threads, ray_address, _flag(quiet, "quiet"))
     finished = sweep_runs.finished_records(runs, outcomes)
     failed = [(run.folder, outcomes[run].exit_code, outcomes[run].failure) for run in runs

@@ -312,6 +312,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
     # Paths are fixed before any of the method's code runs: a working directory it changes moves nothing we write.
     spec = replace(spec, out=Path(spec.out).absolute(),
                    cache=None if spec.cache is None else Path(spec.cache).absolute())
+    checkout = source_checkout()  # asked before training: an edit during a long run is not this run's code
     method = resolve_method(spec.method)
     check_label(spec.label)
     device = resolve_device(spec.device)
@@ -354,7 +355,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "method_report": report,
             "versions": {k: env[k] for k in ("bdl-bench", "torch", "numpy", "python")},
             "environment": env,
-            "git": source_checkout(),
+            "git": checkout,
             "command": spec.command,
             "reference": {"sha256": reference.sha256, "key": reference.key},
             "predictions_sha256": records.predictions_sha256(predictions),

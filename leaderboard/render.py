@@ -127,18 +127,18 @@ def md_text(text: str) -> str:
     return printable_text(text).translate(_MARKDOWN_ESCAPES)
 
 
-def _estimate_text(values: list[float]) -> str:
+def estimate_text(values: list[float]) -> str:
     """The mean and the half-width of its interval (:func:`ranking.estimate`), or the mean and ``n=1``."""
     value = estimate(values)
     return f"{value.mean:.4f} (n=1)" if value.half_width is None else f"{value.mean:.4f} ± {value.half_width:.4f}"
 
 
-def _rank_text(entry: Entry) -> str:
+def rank_text(entry: Entry) -> str:
     """The entry's rank, ``=``-prefixed where another entry of its track shares it."""
     return f"={entry.rank}" if entry.tied else str(entry.rank)
 
 
-def _floor_text(within: bool | None) -> str:
+def floor_text(within: bool | None) -> str:
     return "n/a" if within is None else ("yes" if within else "no")
 
 
@@ -162,9 +162,9 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
     rows = [floor]
     for entry in track.entries:
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
-        rows.append({"rank": _rank_text(entry), "method": entry_label(entry, quote), "seeds": len(entry.seeds),
-                     **{quote(m): _estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
-                     "within floor": _floor_text(entry.within_floor),
+        rows.append({"rank": rank_text(entry), "method": entry_label(entry, quote), "seeds": len(entry.seeds),
+                     **{quote(m): estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
+                     "within floor": floor_text(entry.within_floor),
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
                      "verified": f"{entry.verified}/{len(entry.seeds)}",
                      "wall s": "" if wall is None else f"{wall:.1f}",
@@ -188,8 +188,8 @@ def _block_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
                         for m in names}})
         for entry in track.entries:
             values = entry.metrics_by_block.get(block, {})
-            rows.append({"block": quote(block), "rank": _rank_text(entry), "method": entry_label(entry, quote),
-                         **{quote(m): _estimate_text(values[m]) if values.get(m) else "" for m in names}})
+            rows.append({"block": quote(block), "rank": rank_text(entry), "method": entry_label(entry, quote),
+                         **{quote(m): estimate_text(values[m]) if values.get(m) else "" for m in names}})
     return rows
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from bench import records
 from bench.errors import BenchError, DamagedFile
-from leaderboard.ranking import PRIMARY, entry_label, estimate, tracks
+from leaderboard.ranking import PRIMARY, entry_label, tracks
+from leaderboard.render import estimate_text, floor_text, rank_text
 from leaderboard.store import OVERALL_BLOCK, RunRow
 
 FOLDER = Path(__file__).resolve().parent / "shipped"
@@ -105,11 +106,6 @@ def _row(result: dict, folder: Path, kind: str) -> RunRow:
         architecture_change=result.get("architecture_change"), label=LABEL)
 
 
-def _cell(values: list[float]) -> str:
-    value = estimate(values)
-    return f"{value.mean:.4f}" if value.half_width is None else f"{value.mean:.4f} ± {value.half_width:.4f}"
-
-
 def readme_table(shipped: list[RunRow]) -> str:
     """The README's table: per task at the largest shipped budget, the reference's noise floor, then the best
     :data:`README_PLACES` entries (with any tied with the last), their primary metrics as mean ± 95% t-interval over
@@ -127,11 +123,10 @@ def readme_table(shipped: list[RunRow]) -> str:
             lines.append(f"| {track.task} | | HMC noise floor | {floor} | |")
             last = track.entries[min(README_PLACES, len(track.entries)) - 1].rank
             for entry in (e for e in track.entries if e.rank <= last):
-                rank = f"={entry.rank}" if entry.tied else str(entry.rank)
-                within = "n/a" if entry.within_floor is None else ("yes" if entry.within_floor else "no")
                 name = entry_label(entry).replace(f" ({LABEL})", "")
-                lines.append(f"| | {rank} | {name} | {' | '.join(_cell(entry.metrics[m]) for m in names)} | "
-                             f"{within} |")
+                lines.append(f"| | {rank_text(entry)} | {name} | "
+                             f"{' | '.join(estimate_text(entry.metrics[m]) for m in names)} | "
+                             f"{floor_text(entry.within_floor)} |")
     intro = (f"Budget {budget:g} epochs, {len(SEEDS)} seeds; the best {README_PLACES} methods per task (more where "
              "ranks tie: `=`), mean ± the half-width of the 95% Student-t interval over the seeds. Classification "
              "ranks by agreement with the reference's predictions (higher is better), then total variation; "

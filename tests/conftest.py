@@ -1,4 +1,5 @@
-"""A local HTTP file server for the download tests, and tiny files in the competition's exact formats.
+"""A local HTTP file server for the download tests, tiny files in the competition's exact formats, and an empty
+shipped-results store for every test that does not ask for the committed one.
 
 The server listens on 127.0.0.1 on an ephemeral port for one test. It honours ``Range`` requests
 (``bytes=a-`` and ``bytes=a-b``: 206 with ``Content-Range``) like the organisers' bucket and GitHub's raw host, and can be told to
@@ -21,6 +22,16 @@ import torch
 # models when the cores are shared (a run measured 10x slower), and the pinned results are 1-thread ones.
 torch.set_num_threads(1)
 
+
+@pytest.fixture(autouse=True)
+def no_shipped_results(request, tmp_path_factory, monkeypatch):
+    """The leaderboard shows the shipped results by default; a test sees them only where it asks
+    (``@pytest.mark.shipped_store``: the committed store; or its own, by setting ``leaderboard.shipped.FOLDER``),
+    so that what a test asserts about a database's runs does not move when the store is regenerated."""
+    if request.node.get_closest_marker("shipped_store") is None:
+        from leaderboard import shipped
+
+        monkeypatch.setattr(shipped, "FOLDER", tmp_path_factory.mktemp("no-shipped") / "shipped")
 
 
 class FileServer:

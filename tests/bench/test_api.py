@@ -91,6 +91,17 @@ def test_a_run_from_python_equals_the_command_lines(tmp_path, run_cli):
                                         f"{tmp_path / 'cli'} --quiet")
 
 
+def test_a_sweep_from_python_leaves_out_what_a_budget_rule_refuses_with_a_warning(tmp_path):
+    """skip_infeasible=True, as --skip-infeasible: sae's first member needs 100 epochs, so at 2 only sgd trains."""
+    with pytest.warns(UserWarning, match=r"toy-gap sae budget 2, every seed: sae: a budget of 2 epochs") as caught:
+        records_ = api.sweep(method=["sgd", "sae"], task="toy-gap", budget=2, seed=[0, 1], out=tmp_path,
+                             skip_infeasible=True, predictions=False)
+    assert [r["method"] for r in records_] == ["sgd", "sgd"] and len(caught) == 1
+    assert not (tmp_path / "toy-gap" / "sae").exists()
+    with pytest.raises(api.SweepFailed, match="2 of 4 runs failed"):
+        api.sweep(method=["sgd", "sae"], task="toy-gap", budget=2, seed=[0, 1], out=tmp_path, predictions=False)
+
+
 def test_a_record_alone_from_python_and_the_command_line(tmp_path, run_cli):
     """predictions=False (--no-predictions) writes result.json alone, with the sha256 of the predictions the same run
     writes otherwise."""

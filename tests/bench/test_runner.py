@@ -74,3 +74,20 @@ def test_the_numerics_key_names_what_decides_round_off_and_nothing_else():
     older = {key: value for key, value in here.items() if key != "cpu_capability"}
     assert numerics_changes(older, here) == {"cpu_capability": (None, here["cpu_capability"])}, \
         "a record that does not say is not known to be comparable bitwise"
+
+
+def test_the_record_names_the_checkout_as_it_was_when_the_run_started(tmp_path, monkeypatch):
+    """A file edited while a long run trains is not that run's code: the checkout is asked before training."""
+    import bench.runner as runner
+
+    state = {"commit": "0" * 40, "dirty": False}
+    monkeypatch.setattr(runner, "source_checkout", lambda: dict(state))
+    fit_and_predict = runner.fit_and_predict
+
+    def edited_meanwhile(*args, **kwargs):
+        state["dirty"] = True
+        return fit_and_predict(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "fit_and_predict", edited_meanwhile)
+    record = run(RunSpec(task="toy-gap", method="sgd", budget=1, seed=0, out=tmp_path))
+    assert state["dirty"] and record["git"] == {"commit": "0" * 40, "dirty": False}
