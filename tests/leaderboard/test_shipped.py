@@ -76,3 +76,43 @@ def test_the_readme_table_ranks_each_task_s_best_entries_at_the_largest_budget(s
     text = f"# x\n\n{shipped.README_BEGIN}\nold\n{shipped.README_END}\n\nafter\n"
     assert shipped.readme_with_table(text, table) == f"# x\n\n{table}\n\nafter\n"
 
+
+
+# The store that ships: complete, current, in agreement with the README, reproducible here.
+
+@pytest.mark.shipped_store
+def test_the_store_holds_every_run_of_its_sweep_with_each_method_s_current_defaults():
+    """Every run the sweep plans with each method's current defaults and its budget rule accepts is finished in the
+    store, and nothing else is: a changed default or task fails here until the store is regenerated
+    (leaderboard.shipped's docstring)."""
+    from bench import sweep
+
+    assert set(shipped.METHODS) == set(METHODS), "every built-in method ships"
+    planned = sweep.plan(list(shipped.METHODS), list(shipped.TASKS), list(shipped.BUDGETS), list(shipped.SEEDS), [],
+                         shipped.FOLDER, keep_predictions=False)
+    runs, refused = sweep.feasible(planned)
+    assert set(shipped.folders()) == {run.folder for run in runs}, "the store's runs are not the sweep's: regenerate"
+    assert all(run.finished for run in runs), "a shipped run holds another configuration than the defaults: regenerate"
+    assert refused and all(f" budget {min(shipped.BUDGETS):g}, " in line for line in refused), refused
+    rows, stale = shipped.rows()
+    assert stale == [] and len(rows) == len(runs)
+
+
+@pytest.mark.shipped_store
+def test_the_readme_table_is_the_store_s():
+    readme = (shipped.FOLDER.parent.parent / "README.md").read_text()
+    assert shipped.readme_table(shipped.rows()[0]) in readme, "run `python -m leaderboard.shipped --write README.md`"
+
+
+@pytest.mark.shipped_store
+@pytest.mark.parametrize("method", shipped.METHODS)
+def test_each_method_s_cheapest_shipped_run_reproduces_bitwise_here(method):
+    """Re-executed from its record where the store's numerics are this machine's (CPU, libraries, one thread)."""
+    from bench.verify import _changes, verify
+
+    folder = min((records.run_folder(shipped.FOLDER, "toy-gap", method, budget, 0) for budget in shipped.BUDGETS),
+                 key=lambda f: not (f / records.RESULT).is_file())
+    if _changes(records.checked_result(folder)):
+        pytest.skip("the shipped results were made with other numerics (CPU, libraries): not bitwise here")
+    verification = verify(folder)
+    assert verification.passed and verification.mode == "bitwise", verification.detail
