@@ -14,7 +14,7 @@ from torch.func import grad, jacrev, vmap
 from approximators.base import PredictiveAccumulator, Problem
 from approximators.laplace import (GaussianPosterior, LastLayerCurvature, _curvature_epoch, curvature_root,
                                    diagonal_ggn, diagonal_output_moments, features_on_test_inputs,
-                                   last_layer_predictive, last_layer_to_layout, linearised_outputs, probit_predictive)
+                                   last_layer_predictive, last_layer_to_layout, probit_predictive)
 from bench.budget import BudgetMeter, MeteredData
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian
