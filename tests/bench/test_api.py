@@ -50,8 +50,8 @@ def test_the_contract_keeps_its_signatures():
                                                            "threads"]
     assert list(inspect.signature(api.sweep).parameters) == ["method", "budget", "task", "seed", "settings", "device",
                                                              "out", "force", "cache", "threads", "workers", "executor",
-                                                             "ray_address", "quiet", "predictions"]
-    assert [p.kind for p in inspect.signature(api.sweep).parameters.values()] == [inspect.Parameter.KEYWORD_ONLY] * 15
+                                                             "ray_address", "quiet", "predictions", "skip_infeasible"]
+    assert [p.kind for p in inspect.signature(api.sweep).parameters.values()] == [inspect.Parameter.KEYWORD_ONLY] * 16
     assert list(inspect.signature(api.read_runs).parameters) == ["out"]
     assert list(inspect.signature(api.table).parameters) == ["records"]
     assert list(inspect.signature(api.dataframe).parameters) == ["records"]
