@@ -291,7 +291,6 @@ def test_a_unit_called_with_keywords_falls_back_to_vmap_with_a_warning():
     torch.testing.assert_close(mean_square, expected_square, rtol=1e-9, atol=1e-14)
 
 
-
 def test_a_gpu_forms_each_layers_minibatch_in_one_product_and_a_cpu_in_cache_sized_chunks(monkeypatch):
     """On a GPU the CPU's cache-sized chunks launched thousands of small kernels (VOGN 5.4-6.1 plain epochs against
     2.4 on ResNet-20-FRN, H200): there every layer of the competition models takes a minibatch of 128 in one

@@ -14,7 +14,7 @@ from approximators import base as approximators_base
 from approximators.base import settings_bounds
 from bench import verify
 from bench.budget import MAX_BUDGET_EPOCHS, BudgetMeter
-from bench.errors import EXIT_BAD_INPUT, BudgetExhausted
+from bench.errors import EXIT_BAD_INPUT, BudgetExhausted, ConfigError
 from bench.runner import metered
 from bench.tasks import get_task
 from tests.reliability.test_error_boundary import assert_one_line
@@ -160,7 +160,6 @@ def test_work_no_budget_charges_is_capped_and_refused_beyond_its_cap(tmp_path, r
 def test_a_budget_too_small_for_a_method_is_refused_by_its_plan_not_its_training(method, budget):
     """A budget a method's rule cannot use is refused when the run is planned (what `sweep --skip-infeasible` asks),
     never after training began: a plan that accepts a budget trains within it."""
-    from bench.errors import ConfigError
     from bench.runner import fit_and_predict, planned
 
     task = get_task("toy-gap")

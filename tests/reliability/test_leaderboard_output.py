@@ -471,10 +471,7 @@ def test_a_write_ahead_log_that_cannot_be_read_on_read_only_media_is_one_line(tm
 
 
 def test_a_missing_database_is_one_line_and_is_not_created(tmp_path, run_cli, monkeypatch):
-    """Where no shipped results can stand in for the database (leaderboard.shipped) either."""
-    from leaderboard import shipped
-
-    monkeypatch.setattr(shipped, "FOLDER", tmp_path / "no-shipped-results")
+    """Where no shipped results can stand in for the database either (tests see an empty store: tests/conftest.py)."""
     missing = tmp_path / "nowhere" / "board.sqlite"
     code, _, err = run_cli("leaderboard", "--db", missing)
     assert_one_line(code, err, EXIT_BAD_INPUT, f"no leaderboard database at {missing}", "--db")
