@@ -204,10 +204,10 @@ def _other_values(method_name: str, task_name: str, name: str, kind, value, inte
     if kind is str:
         if choices is not None:
             return [choice for choice in choices if choice != value]
-        # Free text naming the network's layers (MC dropout's sites): every layer with weights, the first included.
-        layers = [n for n, m in get_task(task_name).model_factory().named_modules()
-                  if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))]
-        return [",".join(layers)]
+        # Free text naming the network's layers (MC dropout's sites): every layer with weights that the network
+        # calls as a module, the first included (a layer whose weights it uses functionally, such as the
+        # CNN-LSTM's recurrent cell, takes no dropout and is refused as a site).
+        return [",".join(_layers_called(get_task(task_name)))]
     if kind is int:
         if name == "batch_size":
             return [2 * value + 1]
@@ -217,6 +217,18 @@ def _other_values(method_name: str, task_name: str, name: str, kind, value, inte
         return [value / 2 if value > 0 else 0.05]
     middle = (low + high) / 2
     return [middle if middle != value else (low + 3 * high) / 4]
+
+
+def _layers_called(task) -> list[str]:
+    """The names of the network's linear and convolutional layers that one forward pass calls as modules."""
+    network, called = task.model_factory(), []
+    hooks = [module.register_forward_hook(lambda *_, name=name: called.append(name))
+             for name, module in network.named_modules() if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd))]
+    with torch.no_grad():
+        network(task.x_train[:2])
+    for hook in hooks:
+        hook.remove()
+    return list(dict.fromkeys(called))
 
 
 def setting_grid(method_name: str, task_name: str) -> list[dict[str, str]]:

@@ -46,6 +46,14 @@ def test_every_setting_of_every_method_is_charged_for_the_rows_it_computes_on(me
     assert not dishonest, dishonest
 
 
+@pytest.mark.parametrize("task, rows", PROBE_TASKS)
+def test_the_grid_names_only_dropout_sites_the_network_calls_as_modules(task, rows):
+    """The CNN-LSTM's recurrent cell holds a linear layer whose weights it uses functionally: as a dropout site it is
+    refused in one line, so a grid that named it stopped the honesty table on that task."""
+    (sites,) = [overrides for overrides in setting_grid("mc-dropout", task) if "sites" in overrides]
+    assert probe_at_a_budget_it_fits("mc-dropout", task, sites, rows).honest
+
+
 class _OneMember(Approximator):
     """A one-network method that reads one epoch and then computes on the rows ``passes`` times over
     ``members`` stacked networks, reading validation rows once for all of them."""
