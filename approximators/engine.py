@@ -85,6 +85,12 @@ class Objective:
                 grads.sub_(self.anchors, alpha=scale)
         return grads
 
+    def prior_term(self, params: torch.Tensor) -> torch.Tensor:
+        """Each member's -log N(theta_k; a_k, v I) / N_train up to its constant, |theta_k - a_k|^2 / (2 v N_train),
+        ``(K,)``."""
+        offset = params if self.anchors is None else params - self.anchors
+        return offset.square().sum(1) / (2 * self.prior_variance * self.n_train)
+
     def likelihood_gradient(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The gradient of each member's mean minibatch negative log-likelihood, ``(K, D)`` (a new tensor)."""
         outputs = self.model(self.model.layout.unflatten(params), x, shared_input=False)
@@ -154,8 +160,13 @@ def run(
 
 
 class KeepBest:
-    """Epoch hook: evaluates every member on the ``validation`` rows (mean negative log-likelihood,
-    charged: K members read them) and keeps each member's best weights in :attr:`params` ``(K, D)``."""
+    """Epoch hook: evaluates every member's objective U_k on the ``validation`` rows (their mean negative
+    log-likelihood plus :meth:`Objective.prior_term`, anchor included; charged: K members read them) and keeps each
+    member's best weights in :attr:`params` ``(K, D)``.
+
+    The criterion is the SAE authors' (``train_model`` in Delaunoy & Louppe's code keeps the weights of the lowest
+    negative anchored log posterior on the validation rows), not the likelihood alone: the selection then prefers,
+    among epochs that predict the held-out rows equally well, the one nearer the member's anchored MAP."""
 
     def __init__(self, objective: Objective, data: MeteredData, validation: torch.Tensor):
         self.objective, self.data, self.validation = objective, data, validation
@@ -171,6 +182,7 @@ class KeepBest:
             loss = -torch.cat([likelihood.log_prob(model(members, x[i:i + VALIDATION_CHUNK], shared_input=True),
                                                    y[i:i + VALIDATION_CHUNK])
                                for i in range(0, len(y), VALIDATION_CHUNK)], dim=-1).mean(-1)
+            loss += self.objective.prior_term(params)
         if self.params is None:
             self.params, self.loss = params.clone(), loss
             return

@@ -105,8 +105,8 @@ def train_members(
 
     ``params`` and ``anchors`` are ``{name: (K, *shape)}``; ``seeds`` (K of them) fix each member's
     minibatch order. With a ``split``, members train on its ``fit`` rows, are evaluated on its
-    ``validation`` rows after every epoch (mean negative log-likelihood), and each member's
-    best-validation weights are returned; one epoch then still reads every training example once
+    ``validation`` rows after every epoch (the member's objective there: :class:`approximators.engine.KeepBest`),
+    and each member's best-validation weights are returned; one epoch then still reads every training example once
     and is charged exactly one epoch. Returns parameters, detached, on the data's device.
     """
     layout = model.layout

@@ -1,6 +1,7 @@
 """How far each method's defaults at the benchmark's budgets stop from the method's own converged target.
 
-    python benchmarks/converged_gap.py linear [--methods ...] [--budgets 100 1000] [--seeds 8] [--set KEY=VALUE ...]
+    python benchmarks/converged_gap.py linear [--methods ...] [--budgets 100 1000] [--seeds 8] [--rows 64]
+                                              [--set KEY=VALUE ...]
     python benchmarks/converged_gap.py embedded [--methods ...] [--tasks ...] [--budgets 100 1000]
                                                 [--converged 10000] [--seed 0] [--out runs-converged]
     python benchmarks/converged_gap.py elbo [--methods mfvi vogn] [--task toy-gap] [--budgets 100 1000 10000]
@@ -8,7 +9,8 @@
 A method can only be as close to the reference as its own approximation allows; this measures the other part of its
 distance, how far its defaults are from that approximation at the budget.
 
-``linear``: Bayesian linear regression (:mod:`reference.conjugate`, the conformance suite's 64 rows), where each
+``linear``: Bayesian linear regression (:mod:`reference.conjugate`, by default the conformance suite's 64 rows, where an
+epoch is two steps of batch 32; ``--rows`` more for a task whose epoch is many steps), where each
 method's target is known in closed form (:data:`LINEAR_TARGETS`): the posterior (the samplers, Laplace), the MAP
 (``sgd``, ``de``; MC dropout's MAP of the expected dropout objective), each member's anchored MAP (``ae``, ``sae``),
 VOGN's fixed point, the mean-field optimum (``mfvi``), and for the SWAG family the MAP (the mean of SGD's iterates)
@@ -216,14 +218,14 @@ def linear_gap(method: str, budget: float, seeds: int, problem, overrides: dict[
 
 def linear(args) -> None:
     torch.set_num_threads(1)
-    problem = linear_gaussian("linear-gaussian", 64, NOISE)
+    problem = linear_gaussian("linear-gaussian", args.rows, NOISE)
     rows = []
     for method in args.methods:
         for budget in args.budgets:
             rows.append({"method": method, "target": LINEAR_TARGETS[method], "budget": f"{budget:g}",
                          **linear_gap(method, budget, args.seeds, problem, dict(args.overrides))})
     settings = " ".join(f"{key}={value}" for key, value in args.overrides)
-    print(f"Bayesian linear regression, 64 rows, class defaults{' and ' + settings if settings else ''}, "
+    print(f"Bayesian linear regression, {args.rows} rows, class defaults{' and ' + settings if settings else ''}, "
           f"seeds 0-{args.seeds - 1}")
     print(tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True))
 
@@ -322,6 +324,7 @@ def main() -> None:
     on_linear.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     on_linear.add_argument("--budgets", type=float, nargs="+", default=[100, 1000])
     on_linear.add_argument("--seeds", type=int, default=8)
+    on_linear.add_argument("--rows", type=int, default=64)
     on_linear.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                            type=lambda text: tuple(text.split("=", 1)), help="settings of every method run")
     on_tasks = where.add_parser("embedded")

@@ -155,5 +155,29 @@ def test_keep_best_keeps_each_members_lowest_validation_loss():
         keep(_Offered(torch.stack([truth + off0, truth + off1])), epoch)
     torch.testing.assert_close(keep.params, torch.stack([truth, truth]))
     at_the_truth = 0.5 * torch.log(torch.tensor(2 * torch.pi))  # mean NLL of a zero residual, unit noise
-    torch.testing.assert_close(keep.loss, at_the_truth.expand(2), atol=1e-6, rtol=0)
+    prior_term = truth.square().sum() / (2 * 1.0 * n)  # |theta|^2 / (2 v N_train), the prior's mean at zero
+    torch.testing.assert_close(keep.loss, (at_the_truth + prior_term).expand(2), atol=1e-6, rtol=0)
     assert data.meter.examples == 3 * 2 * len(split.validation)  # every offer: K members read the validation rows
+
+
+def test_keep_best_ranks_epochs_by_the_anchored_loss_as_the_sae_authors_code_does():
+    """Two epochs that predict the validation rows almost equally well, one at the member's anchor and one far from
+    it: the anchored loss on the validation rows (likelihood plus anchor term, the authors' criterion) keeps the one
+    at the anchor, where the likelihood alone would keep the other."""
+    d, n, v = 2, 20, 0.01
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, d, generator=g)
+    truth = torch.tensor([1.0, -1.0, 0.0])
+    y = x @ truth[:d]
+    split = ValidationSplit.random(n, 0.5, torch.Generator().manual_seed(4))
+    model = StackedModel(_linear(d)())
+    near = truth + torch.tensor([0.0, 0.0, 0.05])  # a slightly worse fit, at the anchor
+    anchors = near.unsqueeze(0)
+    keep = KeepBest(Objective(model, FixedNoiseGaussian(1.0), v, n, anchors), MeteredData(x, y, BudgetMeter(10, n)),
+                    split.validation)
+    for epoch, offered in enumerate([truth, near]):
+        keep(_Offered(offered.unsqueeze(0)), epoch)
+    torch.testing.assert_close(keep.params, anchors)
+    rows = split.validation
+    residual = lambda theta: (x[rows] @ theta[:d] + theta[d] - y[rows]).square().mean()  # noqa: E731
+    assert residual(truth) < residual(near)  # the likelihood alone would have kept the first epoch

@@ -23,7 +23,9 @@ def _anchored_mode(features, targets, anchor, noise, prior_variance, likelihood_
 def test_anchored_map_with_a_validation_split_is_the_full_data_posterior_mode():
     """Members see the 90% fit rows, the likelihood is scaled to the full N_train and the prior (at its
     anchor) enters once, per the task's posterior: mode = solve(c X'X/s^2 + I/v, c X'y/s^2 + a/v), c = N/n_fit.
-    The validation targets are the mode's own predictions, so best-validation selection keeps it."""
+    The validation targets are chosen so that the selection's criterion, the anchored loss on the validation rows
+    (N / n_val) sum_val NLL + |theta - a|^2 / (2 v), is lowest at the mode too, so best-validation selection keeps
+    it: its gradient there, (N / n_val) Phi_v^T (Phi_v mode - y_v) / s^2 + (mode - a) / v, is zero."""
     g = torch.Generator().manual_seed(0)
     n, d, noise, prior_variance, atol = 40, 3, 1.0, 0.05, 2e-3
     x = torch.randn(n, d, generator=g)
@@ -35,7 +37,9 @@ def test_anchored_map_with_a_validation_split_is_the_full_data_posterior_mode():
     mode = _anchored_mode(features[fit], y[fit].double(), anchor, noise, prior_variance, c)
     prior_scaled_by_fit_rows = _anchored_mode(features[fit], y[fit].double(), anchor, noise, prior_variance, 1.0)
     assert (mode - prior_scaled_by_fit_rows).abs().max() > 10 * atol, "the two scalings must be told apart"
-    y[split.validation] = (features[split.validation] @ mode).float()
+    phi_v, n_val = features[split.validation], len(split.validation)  # 4 rows, 4 parameters: one solution
+    residual = torch.linalg.solve(phi_v.T, -(n_val / n) * noise**2 * (mode - anchor) / prior_variance)
+    y[split.validation] = (phi_v @ mode - residual).float()
 
     meter = BudgetMeter(600, n)
     trained = train_members(StackedModel(_linear(d)()), initial_members(_linear(d), [0]), MeteredData(x, y, meter),
