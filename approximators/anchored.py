@@ -13,8 +13,8 @@ Training follows the SAE authors' implementation (Delaunoy & Louppe 2021): Adam 
 decay from ``lr`` to ``min_lr`` within each training call and fresh optimiser state per member; a
 random 90/10 split of the training set (``validation_fraction``), each member keeping the weights
 of its epoch with the lowest anchored loss on the 10% (the authors' selection, likelihood and anchor
-term: :class:`approximators.engine.KeepBest`). Metering: an epoch reads the 90% once for training and the 10% once for
-validation, so it is charged exactly one epoch. The likelihood is scaled by the full N_train (the
+term: :class:`approximators.engine.KeepBest`). Metering: an epoch reads the 90% once for training and
+the 10% once for validation, so it is charged exactly one epoch. The likelihood is scaled by the full N_train (the
 task's posterior), not by the 90% the gradient steps see; **deviation**: the SAE authors' code scales it by the
 90% (``train_set_size`` after the split).
 

@@ -35,7 +35,7 @@ import torch
 from bench.budget import MeteredData
 from bench.errors import TrainingDiverged
 from bench.functional import StackedModel
-from bench.likelihoods import Likelihood
+from bench.likelihoods import Likelihood, log_prior
 
 VALIDATION_CHUNK = 1024
 """Validation rows evaluated at once by all members (bounds memory, not results)."""
@@ -89,7 +89,7 @@ class Objective:
         """Each member's -log N(theta_k; a_k, v I) / N_train up to its constant, |theta_k - a_k|^2 / (2 v N_train),
         ``(K,)``."""
         offset = params if self.anchors is None else params - self.anchors
-        return offset.square().sum(1) / (2 * self.prior_variance * self.n_train)
+        return -log_prior(offset, self.prior_variance) / self.n_train
 
     def likelihood_gradient(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The gradient of each member's mean minibatch negative log-likelihood, ``(K, D)`` (a new tensor)."""
