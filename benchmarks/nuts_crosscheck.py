@@ -20,7 +20,10 @@ the draws of y add noise to our side only (the reference holds 1000 and each hal
 the expected distance is then at most sqrt(floor_ours^2 / 2 + floor_NUTS^2 / 4). A reference whose distance to NUTS exceeds its own noise floor does not ship.
 Chains run in ``--workers`` processes of one thread each; results go to ``--out`` (JSON) with the per-chain NUTS
 diagnostics and timings. Each finished chain is saved beside it (``<out>.chains/chain-<c>.npz``, written
-atomically) and a rerun with the same arguments reuses it, so a long check can span several sittings.
+atomically) and a rerun with the same arguments reuses it; a running chain saves its whole NUTS state every
+``CHECKPOINT_SECONDS`` (``chain-<c>.partial.npz``) and a rerun continues it from there, so a long check can span
+several sittings. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel gives bitwise the draws of
+``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling) iteration and rerun gives them too.
 """
 
 from __future__ import annotations
@@ -47,13 +50,57 @@ def _setup_jax(dtype: str) -> None:
     jax.config.update("jax_enable_x64", dtype == "float64")
 
 
-def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, dtype: str) -> dict:
-    """One NUTS chain: its kept samples' test-set predictions ``(S, N_test, K)`` and its diagnostics."""
+CHECKPOINT_SECONDS = 120.0
+"""How often a running chain saves its sampler state (a chain of the CNN-LSTM takes hours)."""
+
+
+def _partial_path(folder: Path, chain: int) -> Path:
+    return folder / f"chain-{chain}.partial.npz"
+
+
+def _save_partial(path: Path, identity: dict, leaves: list, kept: list, fields: dict, seconds: float) -> None:
+    """A running chain's NUTS state (every leaf of NumPyro's ``HMCState``, its adaptation and its random key
+    included), the draws kept so far and the seconds sampled, written atomically."""
+    from bench.io import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=json.dumps({"identity": identity, "seconds": seconds, "leaves": len(leaves)}),
+             kept=np.asarray(kept).reshape(len(kept), -1) if kept else np.zeros((0, 0)),
+             **{f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)},
+             **{f"field_{name}": np.asarray(values) for name, values in fields.items()})
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _load_partial(path: Path, identity: dict) -> dict | None:
+    """A running chain's checkpoint written with the same arguments, else None (then the chain starts over)."""
+    try:
+        with np.load(path) as saved:
+            meta = json.loads(str(saved["meta"]))
+            if meta["identity"] != identity:
+                return None
+            return {"seconds": meta["seconds"], "kept": list(saved["kept"]),
+                    "leaves": [saved[f"leaf_{i}"] for i in range(meta["leaves"])],
+                    "fields": {name[len("field_"):]: list(saved[name]) for name in saved.files
+                               if name.startswith("field_")}}
+    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+        return None
+
+
+def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, dtype: str,
+              folder: Path, identity: dict) -> dict:
+    """One NUTS chain: its kept samples' test-set predictions ``(S, N_test, K)`` and its diagnostics.
+
+    The chain is NumPyro's NUTS kernel stepped one iteration at a time (``kernel.init`` then ``kernel.sample``,
+    what ``MCMC.run`` does inside one compiled loop), so that every ``CHECKPOINT_SECONDS`` its whole state can be
+    saved; a chain killed and rerun with the same arguments continues from its last checkpoint along the same
+    path: resumed and uninterrupted chains give the same bits (each iteration is the same compiled function of the
+    same saved arrays).
+    """
     _setup_jax(dtype)
     import jax
     import jax.numpy as jnp
     import torch
-    from numpyro.infer import MCMC, NUTS
+    from numpyro.infer import NUTS
 
     import jax_models
     from bench.functional import StackedModel, seeded_module
@@ -70,26 +117,40 @@ def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, 
 
     init_seed = int(np.random.SeedSequence(seed).spawn(chain + 1)[chain].generate_state(1)[0])
     initial = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, init_seed)]))[0].numpy()
-    mcmc = MCMC(NUTS(potential_fn=potential), num_warmup=warmup, num_samples=samples, num_chains=1,
-                progress_bar=False)
-    started = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(init_seed % 2**31), init_params=jnp.asarray(initial, jdtype),
-             extra_fields=("num_steps", "accept_prob", "diverging"))
-    draws = np.asarray(mcmc.get_samples())
-    seconds = time.perf_counter() - started
-    fields = mcmc.get_extra_fields()
+    kernel = NUTS(potential_fn=potential)
+    state = kernel.init(jax.random.PRNGKey(init_seed % 2**31), warmup, jnp.asarray(initial, jdtype), (), {})
+    leaves, structure = jax.tree_util.tree_flatten(state)
+    path = _partial_path(folder, chain)
+    resumed = _load_partial(path, identity)
+    kept, fields, seconds = [], {"num_steps": [], "accept_prob": [], "diverging": []}, 0.0
+    if resumed is not None:
+        state = jax.tree_util.tree_unflatten(structure, [jnp.asarray(leaf) for leaf in resumed["leaves"]])
+        kept, seconds = resumed["kept"], resumed["seconds"]
+        fields.update(resumed["fields"])
+    step = jax.jit(lambda current: kernel.sample(current, (), {}))
+    started = last_save = time.perf_counter()
+    while int(state.i) < warmup + samples:
+        state = step(state)
+        if int(state.i) > warmup:  # state i is the i-th transition; MCMC.run keeps W+1 .. W+S
+            kept.append(np.asarray(state.z))
+            for name in fields:
+                fields[name].append(np.asarray(getattr(state, name)))
+        if time.perf_counter() - last_save > CHECKPOINT_SECONDS:
+            last_save = time.perf_counter()
+            _save_partial(path, identity, jax.tree_util.tree_leaves(state), kept, fields,
+                          seconds + last_save - started)
+    seconds += time.perf_counter() - started
     predict = jax.jit(jax_models.predict_fn(task, jdtype))
     x_test = jnp.asarray(task.x_test.numpy(), jdtype)
-    outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in draws])
+    outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in kept])
     if task.kind == "classification":
         outputs = np.exp(outputs - outputs.max(-1, keepdims=True))
         quantities = (outputs / outputs.sum(-1, keepdims=True)).astype(np.float32)
     else:
         mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
         quantities = np.stack([mean, std], axis=-1).astype(np.float32)
-    state = mcmc.last_state
     return {"chain": chain, "quantities": quantities, "seconds": seconds,
-            "sampling_gradients": int(np.asarray(fields["num_steps"]).sum()),
+            "sampling_gradients": int(np.sum(fields["num_steps"])),
             "mean_accept_prob": float(np.mean(fields["accept_prob"])),
             "divergences": int(np.sum(fields["diverging"])),
             "mean_tree_steps": float(np.mean(fields["num_steps"])),
@@ -172,11 +233,12 @@ def main() -> None:
         print(f"reusing {len(chains)} finished chain(s) from {saved}")
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
-        futures = [pool.submit(run_chain, task.name, c, args.seed, args.warmup, args.samples, args.dtype)
-                   for c in missing]
+        futures = [pool.submit(run_chain, task.name, c, args.seed, args.warmup, args.samples, args.dtype,
+                               saved, identity) for c in missing]
         for future in concurrent.futures.as_completed(futures):
             chain = future.result()
             _save_chain(saved, chain, identity)
+            _partial_path(saved, chain["chain"]).unlink(missing_ok=True)
             print(f"chain {chain['chain']}: {chain['seconds']:.0f} s, {chain['sampling_gradients']} gradients "
                   f"sampling, mean tree {chain['mean_tree_steps']:.0f} steps, step size {chain['step_size']:.2e}",
                   flush=True)
