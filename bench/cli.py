@@ -391,6 +391,9 @@ def _cmd_run(args) -> int:
     check_label(args.label)
     # Paths are fixed before any of the method's code runs: a working directory it changes moves nothing we write.
     out, cache = args.out.absolute(), args.cache and args.cache.absolute()
+    isolate = executors.isolates(args.method) and not args.debug  # someone else's code runs in a process of its own
+    # A built-in or unknown name is checked before any task's data loads (scikit-learn's import alone takes seconds).
+    method = None if isolate else get_method(args.method)
     # Each task once, under its own name (a repeated or aliased --task would train twice into one folder).
     tasks = list(dict.fromkeys(get_task(task, cache).name for task in args.task or default_task_names()))
     keys = [key for key, _ in args.overrides]
@@ -399,11 +402,11 @@ def _cmd_run(args) -> int:
         raise BenchError(f"--set {repeated[0]} given more than once; give each setting one value")
     with contextlib.ExitStack() as stack:
         isolated = None
-        if executors.isolates(args.method) and not args.debug:  # someone else's code runs in a process of its own
+        if isolate:
             isolated = stack.enter_context(executors.Isolated(args.method, args.threads))
             executors.check_isolated([args.method], [(task, tuple(args.overrides)) for task in tasks],
                                      isolated=isolated)
-        method = get_method(args.method)
+            method = get_method(args.method)
         seeds = list(dict.fromkeys(args.seeds or [0]))
         runs, earlier = [], []
         for task in tasks:  # fail on any bad setting or conflicting run before the first run trains

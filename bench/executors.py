@@ -120,10 +120,11 @@ def check_isolated(methods: list, cases: list[tuple[str, tuple[tuple[str, str], 
 def isolates(method: object) -> bool:
     """Whether a run of ``method`` (as a run spec holds it) runs in a process of its own, away from the command's:
     a method that is not bdl-bench's given by name (``package.module:ClassName`` or an installed one's name). A
-    class given from Python runs in the caller's process (a notebook's class may not be importable elsewhere)."""
-    from approximators import METHODS
+    class given from Python runs in the caller's process (a notebook's class may not be importable elsewhere), and
+    so does a name that is neither (no code of anyone's runs to find that it is unknown: one line, at once)."""
+    from approximators import METHODS, installed_methods
 
-    return isinstance(method, str) and method not in METHODS
+    return isinstance(method, str) and method not in METHODS and (":" in method or method in installed_methods())
 
 
 def run_in_process(specs: Iterable["RunSpec"], threads: int, on_finished: Callable[["RunSpec", Outcome], None],

@@ -91,6 +91,9 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
     :class:`~bench.runner.RunSpec` takes it."""
     out = Path(out).absolute()  # before any method's code runs: a working directory it changes moves nothing
     cache = None if cache is None else Path(cache).absolute()
+    for given in dict.fromkeys(methods):  # a built-in or unknown name is checked before any task's data loads
+        if not (isolate and executors.isolates(given)):
+            resolve_method(given, spelling)
     task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
     if isolate:
         executors.check_isolated(methods, [(task, variant.overrides) for variant in variants(settings)

@@ -9,9 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.ndimage import gaussian_filter
-from sklearn.datasets import load_diabetes, load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 
 from bench.likelihoods import Categorical, HeteroscedasticGaussian
@@ -72,6 +69,9 @@ def diabetes_gap() -> Task:
     the target, so the gap matters) and the middle third is the test set. Inputs and targets are
     standardised with the training set's mean and standard deviation.
     """
+    from sklearn.datasets import load_diabetes  # where used: importing scikit-learn takes seconds, which every
+                                               # command would pay, a one-line error included
+
     x, y = load_diabetes(return_X_y=True)
     order = np.argsort(x[:, DIABETES_GAP["gap_feature_index"]], kind="stable")
     n = len(order)
@@ -99,6 +99,8 @@ DIGITS = dict(split_seed=0, test_fraction=0.2, shift_seed=1,
 
 def _shifted(images: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The clean test images under each shift of ``DIGITS['shifts']``, pixel values kept in [0, 1]."""
+    from scipy.ndimage import gaussian_filter  # where used, as scikit-learn is (_digits_split)
+
     shifts = DIGITS["shifts"]
     noisy = images + shifts["gaussian-noise"]["std"] * rng.standard_normal(images.shape)
     bright = images + shifts["brightness"]["add"]
@@ -111,6 +113,9 @@ def _shifted(images: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarr
 def _digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[TestBlock, ...]]:
     """The digits tasks' data as images: training ``(1437, 8, 8)`` and labels, test ``(1440, 8, 8)`` (the clean
     test images, then each shift of ``DIGITS['shifts']``) and labels, and the test blocks."""
+    from sklearn.datasets import load_digits  # where used: importing scikit-learn takes seconds
+    from sklearn.model_selection import train_test_split
+
     bunch = load_digits()
     images, labels = bunch.images / 16.0, bunch.target
     x_tr, x_te, y_tr, y_te = train_test_split(
