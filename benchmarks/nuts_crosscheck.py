@@ -58,32 +58,47 @@ def _partial_path(folder: Path, chain: int) -> Path:
     return folder / f"chain-{chain}.partial.npz"
 
 
-def _save_partial(path: Path, identity: dict, leaves: list, kept: list, fields: dict, seconds: float) -> None:
-    """A running chain's NUTS state (every leaf of NumPyro's ``HMCState``, its adaptation and its random key
-    included), the draws kept so far and the seconds sampled, written atomically."""
+def _write_saved(path: Path, meta: dict, arrays: dict) -> None:
+    """``arrays`` and ``meta`` (JSON, the arguments' ``identity`` among it) in one ``.npz``, written atomically."""
     from bench.io import atomic_write_bytes
 
     buffer = io.BytesIO()
-    np.savez(buffer, meta=json.dumps({"identity": identity, "seconds": seconds, "leaves": len(leaves)}),
-             kept=np.asarray(kept).reshape(len(kept), -1) if kept else np.zeros((0, 0)),
-             **{f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)},
-             **{f"field_{name}": np.asarray(values) for name, values in fields.items()})
+    np.savez(buffer, meta=json.dumps(meta), **arrays)
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def _load_partial(path: Path, identity: dict) -> dict | None:
-    """A running chain's checkpoint written with the same arguments, else None (then the chain starts over)."""
+def _read_saved(path: Path, identity: dict) -> tuple[dict, dict] | None:
+    """The meta and arrays :func:`_write_saved` wrote with the same arguments, else None (a file written with other
+    arguments, missing or damaged: its chain is sampled again)."""
     try:
         with np.load(path) as saved:
             meta = json.loads(str(saved["meta"]))
             if meta["identity"] != identity:
                 return None
-            return {"seconds": meta["seconds"], "kept": list(saved["kept"]),
-                    "leaves": [saved[f"leaf_{i}"] for i in range(meta["leaves"])],
-                    "fields": {name[len("field_"):]: list(saved[name]) for name in saved.files
-                               if name.startswith("field_")}}
+            return meta, {name: saved[name] for name in saved.files if name != "meta"}
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         return None
+
+
+def _save_partial(path: Path, identity: dict, leaves: list, kept: list, fields: dict, seconds: float) -> None:
+    """A running chain's NUTS state (every leaf of NumPyro's ``HMCState``, its adaptation and its random key
+    included), the draws kept so far and the seconds sampled."""
+    _write_saved(path, {"identity": identity, "seconds": seconds, "leaves": len(leaves)},
+                 {"kept": np.asarray(kept).reshape(len(kept), -1) if kept else np.zeros((0, 0)),
+                  **{f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)},
+                  **{f"field_{name}": np.asarray(values) for name, values in fields.items()}})
+
+
+def _load_partial(path: Path, identity: dict) -> dict | None:
+    """A running chain's checkpoint written with the same arguments, else None (then the chain starts over)."""
+    saved = _read_saved(path, identity)
+    if saved is None:
+        return None
+    meta, arrays = saved
+    return {"seconds": meta["seconds"], "kept": list(arrays["kept"]),
+            "leaves": [arrays[f"leaf_{i}"] for i in range(meta["leaves"])],
+            "fields": {name[len("field_"):]: list(values) for name, values in arrays.items()
+                       if name.startswith("field_")}}
 
 
 def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, dtype: str,
@@ -119,7 +134,7 @@ def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, 
     initial = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, init_seed)]))[0].numpy()
     kernel = NUTS(potential_fn=potential)
     state = kernel.init(jax.random.PRNGKey(init_seed % 2**31), warmup, jnp.asarray(initial, jdtype), (), {})
-    leaves, structure = jax.tree_util.tree_flatten(state)
+    structure = jax.tree_util.tree_structure(state)
     path = _partial_path(folder, chain)
     resumed = _load_partial(path, identity)
     kept, fields, seconds = [], {"num_steps": [], "accept_prob": [], "diverging": []}, 0.0
@@ -163,27 +178,17 @@ comparison's noise is the reference's own."""
 
 
 def _save_chain(folder: Path, chain: dict, identity: dict) -> None:
-    """One finished chain's draws and diagnostics, with the arguments that produced it, written atomically."""
-    from bench.io import atomic_write_bytes
-
-    buffer = io.BytesIO()
+    """One finished chain's draws and diagnostics, with the arguments that produced it."""
     meta = {k: v for k, v in chain.items() if k != "quantities"}
-    np.savez(buffer, quantities=chain["quantities"], meta=json.dumps({"identity": identity, "chain": meta}))
-    atomic_write_bytes(folder / f"chain-{chain['chain']}.npz", buffer.getvalue())
+    _write_saved(folder / f"chain-{chain['chain']}.npz", {"identity": identity, "chain": meta},
+                 {"quantities": chain["quantities"]})
 
 
 def _saved_chain(folder: Path, index: int, identity: dict) -> dict | None:
     """Chain ``index`` as saved by an earlier run with the same arguments, else None (a run with other
     arguments, or a damaged file, is sampled again)."""
-    path = folder / f"chain-{index}.npz"
-    try:
-        with np.load(path) as saved:
-            meta = json.loads(str(saved["meta"]))
-            if meta["identity"] != identity:
-                return None
-            return {**meta["chain"], "quantities": saved["quantities"]}
-    except (OSError, ValueError, KeyError, json.JSONDecodeError):
-        return None
+    saved = _read_saved(folder / f"chain-{index}.npz", identity)
+    return None if saved is None else {**saved[0]["chain"], "quantities": saved[1]["quantities"]}
 
 
 def main() -> None:
