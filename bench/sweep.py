@@ -91,16 +91,17 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
     :class:`~bench.runner.RunSpec` takes it."""
     out = Path(out).absolute()  # before any method's code runs: a working directory it changes moves nothing
     cache = None if cache is None else Path(cache).absolute()
-    for given in dict.fromkeys(methods):  # a built-in or unknown name is checked before any task's data loads
-        if not (isolate and executors.isolates(given)):
-            resolve_method(given, spelling)
+    # A built-in or unknown name (and a class from Python) is resolved before any task's data loads; someone else's
+    # named method only after its own process has loaded it.
+    loaded = {given: resolve_method(given, spelling) for given in dict.fromkeys(methods)
+              if not (isolate and executors.isolates(given))}
     task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
     if isolate:
         executors.check_isolated(methods, [(task, variant.overrides) for variant in variants(settings)
                                            for task in task_list], isolated=isolated, spelling=spelling)
     resolved: dict[str, tuple[object, type]] = {}
     for given in dict.fromkeys(methods):
-        method = resolve_method(given, spelling)
+        method = loaded[given] if given in loaded else resolve_method(given, spelling)
         first = resolved.setdefault(method.name, (given, method))
         if first[1] is not method:
             named = [spelling.given("method", getattr(each, "__qualname__", each)) for each in (first[0], given)]
