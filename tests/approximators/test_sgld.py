@@ -17,7 +17,7 @@ def test_polynomial_schedule_is_a_times_b_plus_t_to_the_minus_gamma():
 
 def test_chains_burn_in_and_thinning_follow_the_budget_rule(fit):
     # 4 chains of 25 epochs, 12 burn-in epochs (round(0.5 * 25)), a sample every 2nd epoch after: 6 per chain
-    predictive, meter = fit("sgld", "digits", 100, thin=2)
+    predictive, meter = fit("sgld", "digits", 100, chains=4, thin=2)
     assert meter.epochs_used == 100
     assert meter.test_passes == 4 * 6
     assert predictive.shape == (1440, 10)
@@ -32,8 +32,9 @@ def test_nonsensical_settings_are_one_clear_error(fit, setting):
 
 
 def test_too_small_a_budget_is_refused(fit):
+    # 4 chains of 0 epochs each
     with pytest.raises(BudgetExhausted):
-        fit("sgld", "toy-gap", 3)
+        fit("sgld", "toy-gap", 3, chains=4)
 
 
 def test_a_diverging_step_size_stops_with_one_line(fit):
