@@ -14,9 +14,10 @@ per training example, ``lr``: a = 2 lr b^gamma / N, so eps_0 = 2 lr / N and the 
 (b = ``decay_offset`` steps, gamma = ``decay_power``).
 
 Budget rule: each chain trains E = floor(B / chains) epochs; the first ``round(burn_in * E)``
-epochs are burn-in; afterwards one sample is kept at the end of every ``thin``-th epoch and
-streamed into the model average at once (the method keeps only the current state and the
-running average).
+epochs are burn-in (a deviation: the paper's practical method collects samples once a "sampling threshold" is
+surpassed, its abstract says; here burn-in is fixed by the budget, so the kept steps are known before the run);
+afterwards one sample is kept at the end of every ``thin``-th epoch and streamed into the model average at once
+(the method keeps only the current state and the running average).
 
 Per-task defaults: gamma = 0.55 (the paper's experiments); ``lr`` and ``chains`` for the embedded tasks from
 ``python benchmarks/tune_trajectory.py sgld`` (a seeded grid search on the NLL of held-out training
