@@ -19,8 +19,9 @@ the variance of the whole). For regression the NUTS predictive is 20,000 draws o
 the draws of y add noise to our side only (the reference holds 1000 and each half of its floor 1000 too):
 the expected distance is then at most sqrt(floor_ours^2 / 2 + floor_NUTS^2 / 4). A reference whose distance to NUTS exceeds its own noise floor does not ship.
 Chains run in ``--workers`` processes of one thread each; results go to ``--out`` (JSON) with the per-chain NUTS
-diagnostics and timings. Each finished chain is saved beside it (``<out>.chains/chain-<c>.npz``, written
-atomically) and a rerun with the same arguments reuses it; a running chain saves its whole NUTS state every
+diagnostics and timings. Each finished chain's kept positions are saved beside it (``<out>.chains/chain-<c>.npz``,
+written atomically; the predictive is computed from them, so a chain of the CNN-LSTM is 5 MB rather than the 29 MB of
+its test-set probabilities) and a rerun with the same arguments reuses it; a running chain saves its whole NUTS state every
 ``CHECKPOINT_SECONDS`` (``chain-<c>.partial.npz``) and a rerun continues it from there, so a long check can span
 several sittings. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel gives bitwise the draws of
 ``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling) iteration and rerun gives them too.
@@ -103,7 +104,7 @@ def _load_partial(path: Path, identity: dict) -> dict | None:
 
 def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, dtype: str,
               folder: Path, identity: dict) -> dict:
-    """One NUTS chain: its kept samples' test-set predictions ``(S, N_test, K)`` and its diagnostics.
+    """One NUTS chain: its kept positions ``(S, D)`` and its diagnostics.
 
     The chain is NumPyro's NUTS kernel stepped one iteration at a time (``kernel.init`` then ``kernel.sample``,
     what ``MCMC.run`` does inside one compiled loop), so that every ``CHECKPOINT_SECONDS`` its whole state can be
@@ -155,21 +156,31 @@ def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, 
             _save_partial(path, identity, jax.tree_util.tree_leaves(state), kept, fields,
                           seconds + last_save - started)
     seconds += time.perf_counter() - started
-    predict = jax.jit(jax_models.predict_fn(task, jdtype))
-    x_test = jnp.asarray(task.x_test.numpy(), jdtype)
-    outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in kept])
-    if task.kind == "classification":
-        outputs = np.exp(outputs - outputs.max(-1, keepdims=True))
-        quantities = (outputs / outputs.sum(-1, keepdims=True)).astype(np.float32)
-    else:
-        mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
-        quantities = np.stack([mean, std], axis=-1).astype(np.float32)
-    return {"chain": chain, "quantities": quantities, "seconds": seconds,
+    return {"chain": chain, "positions": np.stack(kept), "seconds": seconds,
             "sampling_gradients": int(np.sum(fields["num_steps"])),
             "mean_accept_prob": float(np.mean(fields["accept_prob"])),
             "divergences": int(np.sum(fields["diverging"])),
             "mean_tree_steps": float(np.mean(fields["num_steps"])),
             "step_size": float(state.adapt_state.step_size)}
+
+
+def chain_predictions(task, positions: np.ndarray, dtype: str) -> np.ndarray:
+    """The test-set predictions of each kept position ``(S, D)``: class probabilities ``(S, N_test, K)`` or the
+    predictive mean and standard deviation ``(S, N_test, 2)``, float32."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_models
+
+    jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+    predict = jax.jit(jax_models.predict_fn(task, jdtype))
+    x_test = jnp.asarray(task.x_test.numpy(), jdtype)
+    outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in positions])
+    if task.kind == "classification":
+        outputs = np.exp(outputs - outputs.max(-1, keepdims=True))
+        return (outputs / outputs.sum(-1, keepdims=True)).astype(np.float32)
+    mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
+    return np.stack([mean, std], axis=-1).astype(np.float32)
 
 
 REGRESSION_DRAWS = 20_000
@@ -178,17 +189,19 @@ comparison's noise is the reference's own."""
 
 
 def _save_chain(folder: Path, chain: dict, identity: dict) -> None:
-    """One finished chain's draws and diagnostics, with the arguments that produced it."""
-    meta = {k: v for k, v in chain.items() if k != "quantities"}
+    """One finished chain's kept positions and diagnostics, with the arguments that produced it."""
+    meta = {k: v for k, v in chain.items() if k != "positions"}
     _write_saved(folder / f"chain-{chain['chain']}.npz", {"identity": identity, "chain": meta},
-                 {"quantities": chain["quantities"]})
+                 {"positions": chain["positions"]})
 
 
 def _saved_chain(folder: Path, index: int, identity: dict) -> dict | None:
     """Chain ``index`` as saved by an earlier run with the same arguments, else None (a run with other
     arguments, or a damaged file, is sampled again)."""
     saved = _read_saved(folder / f"chain-{index}.npz", identity)
-    return None if saved is None else {**saved[0]["chain"], "quantities": saved[1]["quantities"]}
+    if saved is None or "positions" not in saved[1]:  # not this script's, or an earlier version's, which kept none
+        return None
+    return {**saved[0]["chain"], "positions": saved[1]["positions"]}
 
 
 def main() -> None:
@@ -249,7 +262,7 @@ def main() -> None:
                   flush=True)
             chains.append(chain)
     chains.sort(key=lambda r: r["chain"])
-    draws = np.stack([c["quantities"] for c in chains])  # (C, S, N, K) or (C, S, N, 2)
+    draws = np.stack([chain_predictions(task, c["positions"], args.dtype) for c in chains])  # (C, S, N, K) or (C, S, N, 2)
     half = args.chains // 2
     if task.kind == "classification":
         build = lambda d: d.astype(np.float64).mean(axis=(0, 1))  # noqa: E731
@@ -271,7 +284,7 @@ def main() -> None:
         "task": task.name, "reference_sha256": reference.sha256, "settings": vars(args) | {"out": str(args.out)},
         "twin_relative_difference": worst, "blocks": rows,
         "nuts_max_split_rhat": float(rhat.max()), "nuts_min_bulk_ess": float(diagnostics.bulk_ess(draws).min()),
-        "chains": [{k: v for k, v in c.items() if k != "quantities"} for c in chains],
+        "chains": [{k: v for k, v in c.items() if k != "positions"} for c in chains],
     }
     distance = "total_variation" if task.kind == "classification" else "w1"
     print(f"{'block':<16}{'NUTS vs ours':>14}{'our floor':>12}{'NUTS floor':>12}{'expected':>12}")
