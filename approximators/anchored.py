@@ -5,21 +5,22 @@ initialisation and minimises the anchored loss
 
     -(log p(D | theta_k) + log N(theta_k; a_k, v I)),
 
-with the likelihood at full-data scale, for ``epochs`` epochs (E = 100 in the SAE authors'
-configurations). A budget B gives floor(B / E) members. With a_k = 0 this is the deep ensemble of
-MAP networks that ``de`` trains; both use :func:`approximators.training.train_members`.
+with the likelihood at full-data scale, for ``epochs`` epochs (E = 100: ``nb_epochs`` in the SAE authors'
+configurations, ``config_files/`` in https://github.com/ADelau/SAE-Sequential-Anchored-Ensembles). A budget B gives
+floor(B / E) members. With a_k = 0 this is the deep ensemble of MAP networks that ``de`` trains; both use
+:func:`approximators.training.train_members`.
 
-Training follows the SAE authors' implementation (Delaunoy & Louppe 2021): Adam with a cosine
-decay from ``lr`` to ``min_lr`` within each training call and fresh optimiser state per member; a
-random 90/10 split of the training set (``validation_fraction``), each member keeping the weights
-of its epoch with the lowest anchored loss on the 10% (the authors' selection, likelihood and anchor
-term: :class:`approximators.engine.KeepBest`). Metering: an epoch reads the 90% once for training and
-the 10% once for validation, so it is charged exactly one epoch. The likelihood is scaled by the full N_train (the
-task's posterior), not by the 90% the gradient steps see; **deviation**: the SAE authors' code scales it by the
-90% (``train_set_size`` after the split).
+Training follows the SAE authors' implementation (Delaunoy & Louppe 2021): Adam with a cosine decay from ``lr`` to
+``min_lr`` within each training call and fresh optimiser state per member; a random 90/10 split of the training set
+(``validation_fraction``), each member keeping the weights of its epoch with the lowest anchored loss on the 10% (the
+authors' selection, likelihood and anchor term, ``models/train.py``: :class:`approximators.engine.KeepBest`).
+Metering: an epoch reads the 90% once for training and the 10% once for validation, so it is charged exactly one
+epoch. The likelihood is scaled by the full N_train (the task's posterior), not by the 90% the gradient steps see;
+**deviation**: the SAE authors' code scales it by the 90% (``train_set_size`` after the split, ``main.py``).
 
-Per-task settings: the competition tasks use the authors' tuned values. For the embedded tasks the
-first member's settings were tuned like the authors' ones, by a seeded random search
+Per-task settings: the competition tasks use the authors' tuned values (``train_batch_size``, ``lr``,
+``min_lr``, ``b1``, ``b2`` of ``config_files/<task>/<task>_ensemble_<B>.yml``). For the embedded tasks the
+first member's settings were tuned by a seeded random search
 (``benchmarks/tune_anchored.py``) whose objective is the validation NLL on the held-out 10%.
 """
 

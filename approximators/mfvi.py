@@ -7,11 +7,11 @@ scale and temperature 1; per training example the loss is
     KL = sum_j [ (sigma_j^2 + mu_j^2) / v - 1 - log(sigma_j^2 / v) ] / 2   (exact, in closed form).
 
 The likelihood term's gradient is estimated by the local reparameterisation trick (Kingma et al.
-2015) on MLPs (every embedded task and ``uci-gap``): each layer's pre-activations are drawn per
-example from their Gaussian, so the examples of a minibatch see independent weights and the
-gradient's variance falls. On the other competition models (convolutions, the LSTM) one
-reparameterised draw w = mu + sigma * eps per member and step is shared by the minibatch, giving,
-with g the likelihood term's gradient at w, g and g * eps * sigmoid(rho). The KL's gradient is
+2015) on MLPs (``toy-gap``, ``diabetes-gap``, ``digits`` and ``uci-gap``): each layer's pre-activations are
+drawn per example from their Gaussian, so the examples of a minibatch see independent weights and the
+gradient's variance falls. On the convolutional and recurrent models (``digits-cnn``, ``digits-lstm`` and the
+other competition models) one reparameterised draw w = mu + sigma * eps per member and step is shared by the
+minibatch, giving, with g the likelihood term's gradient at w, g and g * eps * sigmoid(rho). The KL's gradient is
 exact, mu / (v N) and (sigma / v - 1 / sigma) sigmoid(rho) / N, and Adam (cosine decay from ``lr``
 to ``min_lr``) steps on (mu, rho) together.
 

@@ -14,21 +14,20 @@ Budget allocation (``chains`` and ``members_per_chain`` 0 mean "derive from the 
     C = max(1, round(sqrt(B / E0)))
     M = 1 + floor((B - C E0) / (C E_s))     (members per chain: as many as fit in the budget)
 
-so C (E0 + (M - 1) E_s) <= B epochs are used. With E0 = 100 this reproduces the chain counts of
-the authors' configurations (200 -> 1, 500 -> 2, 1000 -> 3, 10000 -> 10 chains) and all four of
-their UCI-Gap member counts (E_s = 5: 21, 31, 47, 181). For classification (E_s = 2) it gives the
-authors' 117 members per chain at 1000 epochs but one member more than their 50, 75 and 450 at
-200, 500 and 10000: those configurations left exactly E_s epochs of every chain unspent, which no
-single rule consistent with the UCI-Gap counts reproduces. Set ``members_per_chain`` to use the
-authors' exact counts.
+so C (E0 + (M - 1) E_s) <= B epochs are used. With E0 = 100 this reproduces the chain counts of the authors'
+configurations (``num_chains`` and ``ensemble_size`` of ``config_files/<task>/<task>_sequential_ensemble_<B>.yml`` in
+https://github.com/ADelau/SAE-Sequential-Anchored-Ensembles: 200 -> 1, 500 -> 2, 1000 -> 3, 10000 -> 10 chains) and
+all four of their UCI-Gap member counts (E_s = 5: 21, 31, 47, 181). For classification (E_s = 2) it gives the authors'
+117 members per chain at 1000 epochs but one member more than their 50, 75 and 450 at 200, 500 and 10000: those
+configurations left exactly E_s epochs of every chain unspent, which no single rule consistent with the UCI-Gap counts
+reproduces. Set ``members_per_chain`` to use the authors' exact counts.
 
-Training details, metering and the first member's per-task defaults are as in
-:mod:`approximators.anchored`. The ``seq_*`` settings, E_s and ``walk_step`` are the authors'
-per-task values for the competition tasks and are borrowed from their closest task for the embedded
-ones (UCI-Gap: E_s = 5 and s = 0.01 for the regression tasks; DermaMNIST: E_s = 2 and s = 0.01 for
-the digits tasks). A random search of the sequential settings on validation NLL was tried and rejected:
-it always picked the smallest learning rate, which leaves each member where its predecessor was
-(validation NLL cannot see the diversity SAE needs).
+Training details, metering and the first member's per-task defaults are as in :mod:`approximators.anchored`. The
+``seq_*`` settings, E_s and ``walk_step`` are the authors' per-task values for the competition tasks (``sequential_*``
+and ``step_std`` in the same files) and are borrowed from their closest task for the embedded ones (UCI-Gap: E_s = 5
+and s = 0.01 for the regression tasks; DermaMNIST: E_s = 2 and s = 0.01 for the digits tasks). A random search of the
+sequential settings on validation NLL was tried and rejected: it always picked the smallest learning rate, which
+leaves each member where its predecessor was (validation NLL cannot see the diversity SAE needs).
 """
 
 from __future__ import annotations
