@@ -28,7 +28,8 @@ products of the "pseudo-gradients" J_i^T L_i[:, c], one per output c.
 - ``sampling`` (default): the model average of the network at ``samples`` (30) draws theta* + Delta. A
   last-layer posterior draws the last layer alone, so the body's features a_i = [phi_i; 1] are computed once per
   test row (one test pass, not one per draw) and every draw's outputs a_i^T [W + dW | b + db]^T come from one
-  matrix product (laplace-torch's last-layer ``pred_type='nn'`` caches the features the same way).
+  matrix product (laplace-torch's last-layer ``pred_type='nn'`` caches the features at its first draw,
+  ``laplace/lllaplace.py`` in https://github.com/aleximmer/Laplace, then runs the last layer once per draw).
 - ``glm``: the linearised network f(x; theta*) + J(x) Delta (Immer et al. 2021; a Jacobian-vector product per
   draw), averaged the same way. The network is linear in its last layer, so for the last-layer structures this
   is ``sampling``, and takes its path.
@@ -37,9 +38,10 @@ products of the "pseudo-gradients" J_i^T L_i[:, c], one per output c.
   (Kronecker: through the factors' eigenbases, O(H^2 + C H + C^3) per row); for the diagonal from per-example
   Jacobians (``vmap(jacrev)``, the network once per test row). Classification: MacKay's (1992) probit
   approximation softmax(f / sqrt(1 + pi / 8 diag F)), laplace-torch's default (``pred_type='glm'``,
-  ``link_approx='probit'``). Regression: each of the task's predictive samples is y ~ p(y | g) at its own
-  g ~ N(f, F), exact given the linearisation; for a Gaussian of fixed noise s that is y ~ N(f, F + s^2),
-  laplace-torch's closed form (its ``f_var`` plus ``sigma_noise**2``); the heteroscedastic Gaussian has no
+  ``link_approx='probit'`` in its weight-space ``__call__``, ``laplace/baselaplace.py``). Regression: each of the
+  task's predictive samples is y ~ p(y | g) at its own g ~ N(f, F), exact given the linearisation; for a Gaussian
+  of fixed noise s that is y ~ N(f, F + s^2), the closed form laplace-torch's regression example computes (its
+  ``f_var`` plus ``sigma_noise**2``, ``examples/regression_example.py``); the heteroscedastic Gaussian has no
   closed form in y, so g is drawn in output space. ``samples`` is not used.
 
 **Deviation** from laplace-torch: the default is ``sampling``, not ``probit``, by the project's protocol for
@@ -56,8 +58,8 @@ pseudo-gradients come from one forward pass: Goodfellow's outer products on MLPs
 ``vmap(jacrev)`` per example elsewhere).
 
 Deviations: the prior precision is the task's, never tuned on the marginal likelihood (the
-benchmark's posterior fixes the prior); laplace-torch is not used (it requires torchvision, which
-does not import against this project's torch).
+benchmark's posterior fixes the prior); laplace-torch is not used (its install requires torchvision,
+``pyproject.toml``, which does not import against this project's torch; its package never imports it).
 """
 
 from __future__ import annotations

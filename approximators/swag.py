@@ -6,10 +6,11 @@ exact L2 term, not a tuned weight decay). The first ``E1 = round(swa_start * E)`
 SWAG authors' schedule (``lr`` for the first half of E1, a linear decay to ``swa_lr`` until 90% of
 E1, then ``swa_lr``); the remaining E - E1 epochs run at the constant ``swa_lr`` (or, with
 ``cyclic``, a linear decay from ``lr`` to ``swa_lr`` within every collection period, the SWA
-paper's cyclical schedule), and the moments are collected at the end of every period of
-``collect_every`` steps (0: once per epoch, as in the paper). Default ``swa_start = 161 / 300``:
-the paper's CIFAR runs collect after epoch 161 of 300 (the first snapshot at the end of the 162nd). Both phases
-read training data and are charged.
+paper's cyclical schedule, Izmailov et al. 2018, arXiv:1803.05407), and the moments are collected at the end of
+every period of ``collect_every`` steps (0: once per epoch, as in the paper). Default ``swa_start = 161 / 300``:
+the authors' CIFAR commands run 300 epochs with ``--swa_start=161`` (https://github.com/wjmaddox/swa_gaussian,
+``experiments/train/README.md``) and collect once epoch + 1 > 161 (``experiments/train/run_swag.py``): the first
+snapshot at the end of the 162nd. Both phases read training data and are charged.
 
 Moments, online (n snapshots theta_1..theta_n so far):
 
@@ -17,7 +18,7 @@ Moments, online (n snapshots theta_1..theta_n so far):
     D_i = theta_i - theta_bar_i (theta_bar_i: the running mean including theta_i), the last ``rank`` kept.
 
 Posterior, with K = min(rank, n) deviations and Sigma_diag = max(theta2_bar - theta_bar^2, 1e-30)
-(the authors' clamp):
+(the authors' clamp, ``var_clamp`` in ``swag/posteriors/swag.py``):
 
     swag:       N(theta_bar, scale (Sigma_diag + D D^T / (K - 1)))
     swag-diag:  N(theta_bar, scale Sigma_diag)
@@ -32,13 +33,17 @@ independent SWAG runs together, vectorised like ensemble members, and pools thei
 method keeps only theta_bar, theta2_bar and D (and the SGD state while training).
 
 Deviations from the papers: the prior replaces weight decay (every method targets the same
-posterior); the learning-rate schedule advances per epoch as in the authors' code, over an
-epoch count set by the budget. No batch-norm statistics update is needed (none of the models has
+posterior); the learning-rate schedule advances per epoch as in the authors' code (``schedule(epoch)`` once an
+epoch in ``run_swag.py``), over an epoch count set by the budget. Their low-rank term divides by
+sqrt(max_num_models - 1) = sqrt(19) always (``swag/posteriors/swag.py``), ours by sqrt(K - 1) for the K snapshots
+held (equal from 20 snapshots on); their VGG-16 collects its iterates with its two dropout layers active, the
+networks here have none. No batch-norm statistics update is needed (none of the models has
 batch norm). When fewer than ``rank`` snapshots fit in the budget, K is the number taken, and the
 run's report says so.
 
 Per-task defaults: the competition tasks use the SWAG authors' CIFAR settings for the network
-without batch normalisation (VGG-16: batch 128, lr 0.05, swa_lr 0.01, momentum 0.9); none was
+without batch normalisation (VGG-16: lr 0.05 and swa_lr 0.01 in their CIFAR-100 command,
+``experiments/train/README.md``; batch 128 and momentum 0.9 ``run_swag.py``'s defaults); none was
 published for the other models. The embedded tasks' ``lr`` (with swa_lr = lr / 5, the same ratio)
 is picked by ``python benchmarks/tune_trajectory.py swag``: a seeded grid search on the NLL of held-out
 training rows, never the HMC reference.

@@ -17,8 +17,12 @@ with g_i the gradient of example i's negative log-likelihood alone: h averages t
 per-example gradients** (the Gauss-Newton estimate; :mod:`approximators.per_example` computes them
 without a loop over examples), not the square of the mean gradient. K = ``mc_samples``.
 
-Initialisation as in the paper: mu is PyTorch's default initialisation of the network, m = 0, and
-s_0 = h at mu on the first minibatch of the first epoch's order, read (and charged) before training.
+Initialisation: mu is PyTorch's default initialisation of the network, m = 0, and s_0 = h at mu on the first
+minibatch of the first epoch's order, read (and charged) before training. That is what the authors' optimiser
+(torchsso) does when a configuration sets no ``init_precision``, as their multi-GPU ones do (its first curvature
+update copies h, ``torchsso/curv/curvature.py``; h at mu, ``torchsso/optim/vi.py``); their single-GPU LeNet-5
+configuration sets s_0 = 8e-3 instead (``init_precision``). Whether the paper prescribes either was not checked
+against its text.
 Tempering (optional, ``tempering`` > 0): tau rises linearly from ``tau_start`` to 1 over the first
 ``tempering`` fraction of the steps and stays at 1 after, so the posterior is read at tau = 1.
 
@@ -40,9 +44,12 @@ stopped at 2-6%: ``python benchmarks/converged_gap.py linear --methods vogn``), 
 each competition task's shapes (``benchmarks/competition_stability.py``); untuned there. The authors' code
 (torchsso's ``ema_decay``, in this same convention) uses beta2 = 0.001 and lr 0.01 in its single-GPU LeNet-5
 configuration (team-approx-bayes/dl-with-bayes, ``classification/configs/cifar10/lenet_vogn.json``: 10 MC
-samples, no damping) but 0.999 in its multi-GPU CIFAR-10/100 runs (5 MC samples, damping 1e-3, lr 1e-4) and 0.9
-on ImageNet: s is then the last minibatch's h, kept stable by the external damping, which this implementation
-leaves out (without it, steps alpha m / s diverge). **Deviations**: one MC sample, not 3-10, and no KL warm-up.
+samples, no damping) but 0.999 in its six multi-GPU CIFAR-10/100 configurations (``distributed/classification/
+configs/cifar10*/*_vogn_*gpu.json``: 3-10 MC samples, damping 1e-3, lr 1e-4) and 0.9 in its 128-GPU ImageNet one
+(1 MC sample, damping 1e-4): s is then the last minibatch's h, kept stable by the external damping, which this
+implementation leaves out (without it, steps alpha m / s diverge). **Deviations**: one MC sample (theirs: 10 on
+LeNet-5, 3-10 on multi-GPU CIFAR, 1 on ImageNet), and no KL warm-up (4 of their 9 VOGN configurations ramp the KL
+weight linearly from 0.1 or 0.5 to 1, ``warmup_kl_weighting_init`` and ``_steps``; the others have none).
 Deviation: the paper's external damping gamma and its data-augmentation factor rho are 0 and 1 (our posterior has
 neither).
 """
