@@ -24,7 +24,7 @@ per task, in :data:`SITES` and :data:`RATES`:
 - ResNet-20-FRN (cifar10), the CNN-LSTM (imdb) and their small embedded counterparts (digits-cnn,
   digits-lstm): the input of the classifier (the pooled features, the LSTM's last state). AlexNet
   (cifar10c) and LeNet-5 (dermamnist): the input of every dense layer. Deviation: no dropout after convolutions (Gal & Ghahramani's
-  Bayesian CNN) nor inside the LSTM (their variational RNN dropout).
+  Bayesian CNN, arXiv:1506.02158) nor inside the LSTM (their variational RNN dropout, arXiv:1512.05287).
 
 Rates on the embedded tasks: ``python benchmarks/tune_trajectory.py mc-dropout`` (held-out NLL
 over 0.005-0.1, the grid of Gal's UCI experiments (``dropout_rates.txt`` of yaringal/DropoutUncertaintyExps),

@@ -16,9 +16,10 @@ g_i = grad_w [-log p(y_i | x_i, w_k)] the gradient of example i alone:
   two batched matrix products, never a ``(B, D)`` tensor.
 - **Models built from known layers** (``Linear``, ``Conv1d``/``Conv2d`` including SAME padding,
   ``Embedding``, ``FilterResponseNorm``, ``HaikuLSTM``; any other module with parameters, such as a
-  user's layer, as one unit): layer by layer (as BackPACK does), for one member at a time. A forward
-  pass with hooks keeps each unit's input a and output z; the parameters are constants, so one backward
-  pass computes only the inputs' gradients, and with them every example's delta_i = dloss/dz_i. Then per unit:
+  user's layer, as one unit): layer by layer (as BackPACK does, Dangel et al. 2020, arXiv:1912.10985), for one
+  member at a time. A forward pass with hooks keeps each unit's input a and output z; the parameters are constants,
+  so one backward pass computes only the inputs' gradients, and with them every example's delta_i = dloss/dz_i.
+  Then per unit:
 
   * ``Linear`` on ``(B, in)``: Goodfellow's identity above. On ``(B, P, in)`` (and a unit called P times)
     g_i = sum_p delta_ip a_ip^T, one batched matrix product per chunk of examples.
