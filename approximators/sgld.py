@@ -1,12 +1,15 @@
 r"""Stochastic gradient Langevin dynamics (Welling & Teh 2011): ``sgld``.
 
+The paper: https://mlanthology.org/icml/2011/welling2011icml-bayesian (its text was not available to this revision;
+the update below is as secondary sources reproduce it).
+
 ``chains`` independent chains, vectorised on the engine (:mod:`approximators.engine`; ``vectorise=False``: one after
 another, the same chains), each from its own initialisation, data order and noise. Each step, at temperature 1,
 
     theta <- theta + (eps_t / 2) grad log p(theta | D) + N(0, eps_t I),
 
 with the minibatch estimate of the full-data log posterior gradient (N times the mean minibatch
-log-likelihood gradient, plus the prior's) and exactly the paper's injected noise. Step sizes: the
+log-likelihood gradient, plus the prior's) and the paper's injected noise. Step sizes: the
 paper's polynomial decay eps_t = a (b + t)^(-gamma) (t: the chain's step count; ``schedule =
 "polynomial"``) or a constant (``schedule = "constant"``), given by the first step's learning rate
 per training example, ``lr``: a = 2 lr b^gamma / N, so eps_0 = 2 lr / N and the first drift is
@@ -19,7 +22,8 @@ surpassed, its abstract says; here burn-in is fixed by the budget, so the kept s
 afterwards one sample is kept at the end of every ``thin``-th epoch and streamed into the model average at once
 (the method keeps only the current state and the running average).
 
-Per-task defaults: gamma = 0.55 (the paper's experiments); ``lr`` and ``chains`` for the embedded tasks from
+Per-task defaults: gamma = 0.55 (within the Robbins-Monro range (0.5, 1]; commonly cited as the paper's
+experiments' value, not checked against its text); ``lr`` and ``chains`` for the embedded tasks from
 ``python benchmarks/tune_trajectory.py sgld`` (a seeded grid search on the NLL of held-out training
 rows, never the HMC reference): one chain on every embedded task but ``diabetes-gap`` (two); the class default of
 4 chains stays for the competition tasks. No SGLD settings were published for the competition models; there
