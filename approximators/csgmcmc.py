@@ -23,13 +23,14 @@ momentum 0.1; until 0.2.0 the default here was 0.1, a misreading of theirs as mo
 1/N (``experiments/cifar_csghmc.py``, ``cifar_csgmcmc.py``): a posterior at temperature 2e-5, nearly noise-free.
 The benchmark scores the posterior at temperature 1, so it samples there.
 Step sizes are given per training example as in the authors' code: ``lr`` = alpha_0 N (their
-CIFAR runs: 0.5 with batch 64).
+CIFAR runs: ``lr_0`` 0.5 with ``--batch-size`` 64, ``experiments/cifar_csghmc.py``).
 
 Budget rule: ``chains`` chains (vectorised, each its own initialisation, data order and noise) of
 E = floor(B / chains) epochs; ``cycles`` 0 means one cycle per 50 epochs (the authors' CIFAR
-runs: 4 cycles of 50 epochs in 200), at least one; each cycle has L = floor(E / M) epochs and
-M L epochs are trained (the remainder is reported unspent). The authors' code adds noise from
-epoch 46 and keeps samples at the end of epochs 48, 49, 50 of each 50-epoch cycle: ``exploration = 0.9``,
+runs: 4 cycles of 50 epochs in 200, ``M = 4`` and ``--epochs`` 200 in ``experiments/cifar_csghmc.py``), at least one;
+each cycle has L = floor(E / M) epochs and M L epochs are trained (the remainder is reported unspent). The authors'
+code adds noise from epoch 46 and keeps samples at the end of epochs 48, 49, 50 of each 50-epoch cycle (the same
+file: noise where ``(epoch % 50) + 1 > 45``, a saved model where ``> 47``): ``exploration = 0.9``,
 ``samples_per_cycle = 3``; the samples must fall in the sampling stage.
 
 Per-task defaults: the authors' CIFAR settings (lr 0.5, batch 64, SGHMC, friction 0.9) for the
