@@ -12,6 +12,11 @@ host loop and would flatter us), several chains ``vmap``-ped as ``chain_method="
 iterations after a warm-up call that compiles; the repeats are interleaved (ours, theirs, ours, ...) so that the
 machine's load falls on both alike, and the table shows the median and range of chain-gradients per second and the
 ratio of ours to NumPyro's at the same dtype (above 1: ours is faster). Compile times are reported apart.
+
+``--profile``: after the timings of each case, one measurement of our fastest way runs under ``torch.profiler`` and
+its self-CPU time per chain-gradient is split into the matrix products, the compiled graph's own (generated) kernels,
+the compiled call's entry (guards, cache lookup, wrappers), the rest, beside a bare ``jit(grad)`` of the JAX twin's
+log posterior at the same dtype: where our time goes, and whether NumPyro's lead is its loop or its kernels.
 """
 
 from __future__ import annotations
@@ -110,6 +115,54 @@ def timed(run, iterations: int) -> float:
     return time.perf_counter() - started
 
 
+PROFILE_BUCKETS = {
+    "matrix products": ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::convolution",
+                        "aten::mkldnn_convolution", "aten::_convolution"),
+    "compiled call entry": ("TorchDynamo Cache Lookup", "Torch-Compiled Region", "AOTDispatcher Runtime Wrapper Prologue",
+                            "Pregraph bytecode"),
+}
+"""Profiler events by name; the compiled graph's own kernels are the events named ``## Call CompiledFxGraph ...``."""
+
+
+def bucket_of(name: str) -> str:
+    if name.startswith("## Call CompiledFxGraph"):
+        return "compiled graph's kernels"
+    return next((bucket for bucket, names in PROFILE_BUCKETS.items() if name in names), "other")
+
+
+def profile_ours(runner: Ours, chains: int, steps: int, iterations: int) -> dict[str, float]:
+    """Milliseconds of self-CPU time per chain-gradient, by bucket, over one measurement of ``runner``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        runner(iterations)
+    buckets: dict[str, float] = {}
+    for event in prof.key_averages():
+        buckets[bucket_of(event.key)] = buckets.get(bucket_of(event.key), 0.0) + event.self_cpu_time_total / 1e3
+    gradients = chains * steps * iterations
+    return {bucket: ms / gradients for bucket, ms in sorted(buckets.items())}
+
+
+def bare_jax_gradient_ms(task, dtype: str, repeats: int, calls: int = 100) -> float:
+    """The best of ``repeats`` mean times of one jitted gradient of the JAX twin's log posterior, in ms."""
+    with jax.enable_x64(dtype == "float64"):
+        jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+        log_likelihood, layout = jax_models.log_likelihood_fn(task, jdtype)
+        variance = task.prior_variance
+        gradient = jax.jit(jax.grad(lambda t: log_likelihood(t) - 0.5 * jnp.sum(t**2) / variance))
+        theta = jnp.asarray(layout.flatten(StackedModel.stack([seeded_module(task.model_factory, 0)]))[0].numpy(),
+                            jdtype)
+        gradient(theta).block_until_ready()
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(calls):
+                result = gradient(theta)
+            result.block_until_ready()
+            best = min(best, (time.perf_counter() - started) / calls)
+    return best * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"])
@@ -119,6 +172,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also profile our fastest way (see the docstring)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
@@ -148,6 +202,14 @@ def main() -> None:
                                  "vs NumPyro": f"{statistics.median(values) / theirs:.2f}",
                                  "first call s": f"{compile_seconds[name]:.1f}"})
                 print(tabulate(rows[-len(rates):], headers="keys"), flush=True)
+                if args.profile:
+                    fastest = max(args.modes, key=lambda name: statistics.median(rates[name]))
+                    split = profile_ours(runners[fastest], chains, args.steps, args.iterations)
+                    per_gradient = 1e3 * chains / statistics.median(rates[fastest])
+                    print(f"{fastest}, ms per chain-gradient: {per_gradient:.3f} timed; profiled self-CPU "
+                          + ", ".join(f"{bucket} {ms:.3f}" for bucket, ms in split.items())
+                          + f"; NumPyro HMC {1e3 * chains / theirs:.3f} timed; a bare jitted JAX gradient "
+                          f"{bare_jax_gradient_ms(task, dtype, args.repeats):.3f}", flush=True)
     print(f"\nfixed-step HMC, {args.steps} leapfrog steps per iteration, {args.iterations} iterations per "
           f"measurement, median (range) of {args.repeats} interleaved repeats, one thread")
     print(tabulate(rows, headers="keys"))
