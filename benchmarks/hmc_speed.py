@@ -77,6 +77,13 @@ class Ours:
                                      n_leapfrog=self.steps)
 
 
+def jax_log_posterior(task, jdtype):
+    """The JAX twin's log posterior ``theta (D,) -> scalar`` over the task's whole training set, and its layout."""
+    log_likelihood, layout = jax_models.log_likelihood_fn(task, jdtype)
+    variance = task.prior_variance
+    return (lambda theta: log_likelihood(theta) - 0.5 * jnp.sum(theta**2) / variance), layout
+
+
 class Theirs:
     """NumPyro's HMC kernel, its sampling loop compiled whole (``lax.fori_loop`` of ``HMC.sample`` under ``jit``,
     what ``MCMC(progress_bar=False)`` runs), chains ``vmap``-ped as ``chain_method="vectorized"`` does."""
@@ -90,9 +97,8 @@ class Theirs:
 
     def _build(self, task, dtype: str, chains: int, steps: int, eps: float, iterations: int) -> None:
         jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-        log_likelihood, layout = jax_models.log_likelihood_fn(task, jdtype)
-        variance = task.prior_variance
-        kernel = HMC(potential_fn=lambda t: -(log_likelihood(t) - 0.5 * jnp.sum(t**2) / variance),
+        log_posterior, layout = jax_log_posterior(task, jdtype)
+        kernel = HMC(potential_fn=lambda t: -log_posterior(t),
                      step_size=eps, num_steps=steps, adapt_step_size=False, adapt_mass_matrix=False)
         init = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, s) for s in range(chains)]))
         states = [kernel.init(jax.random.PRNGKey(c), 0, jnp.asarray(init[c].numpy(), jdtype), (), {})
@@ -138,7 +144,8 @@ def profile_ours(runner: Ours, chains: int, steps: int, iterations: int) -> dict
         runner(iterations)
     buckets: dict[str, float] = {}
     for event in prof.key_averages():
-        buckets[bucket_of(event.key)] = buckets.get(bucket_of(event.key), 0.0) + event.self_cpu_time_total / 1e3
+        bucket = bucket_of(event.key)
+        buckets[bucket] = buckets.get(bucket, 0.0) + event.self_cpu_time_total / 1e3
     gradients = chains * steps * iterations
     return {bucket: ms / gradients for bucket, ms in sorted(buckets.items())}
 
@@ -147,9 +154,8 @@ def bare_jax_gradient_ms(task, dtype: str, repeats: int, calls: int = 100) -> fl
     """The best of ``repeats`` mean times of one jitted gradient of the JAX twin's log posterior, in ms."""
     with jax.enable_x64(dtype == "float64"):
         jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-        log_likelihood, layout = jax_models.log_likelihood_fn(task, jdtype)
-        variance = task.prior_variance
-        gradient = jax.jit(jax.grad(lambda t: log_likelihood(t) - 0.5 * jnp.sum(t**2) / variance))
+        log_posterior, layout = jax_log_posterior(task, jdtype)
+        gradient = jax.jit(jax.grad(log_posterior))
         theta = jnp.asarray(layout.flatten(StackedModel.stack([seeded_module(task.model_factory, 0)]))[0].numpy(),
                             jdtype)
         gradient(theta).block_until_ready()
