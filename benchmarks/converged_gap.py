@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 from pathlib import Path
 from unittest import mock
 
@@ -49,7 +48,7 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
-from approximators import METHODS, anchored, hmc as budgeted_hmc, mc_dropout, mfvi, sae, vogn
+from approximators import METHODS, anchored, hmc as budgeted_hmc, mfvi, sae, vogn
 from approximators.base import PredictiveAccumulator
 from approximators.swag import Moments
 from approximators.training import ValidationSplit, train_members
@@ -275,6 +274,8 @@ def embedded(args) -> None:
                              "scale ratio": f"{scale(task, predictions) / scale(task, converged):.3f}",
                              f"{name} to reference": f"{result['metrics'][name]:.3f}",
                              "converged to reference": f"{target['metrics'][name]:.3f}"})
+                # Each row as it is measured: a long sweep stopped part-way still leaves its figures.
+                print(" | ".join(f"{key} {value}" for key, value in rows[-1].items()), flush=True)
     print(f"seed {args.seed}; converged: {converged_budget:g} epochs"
           + (f" (settings {CONVERGED_SETTINGS})" if CONVERGED_SETTINGS else ""))
     print(tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True))
