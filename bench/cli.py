@@ -365,8 +365,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                             "it, replacing only what was measured)")
     check.add_argument("--seeds", type=_positive_int, default=None,
                        help="with --update: number of seeds (default 10); in a check: only the baseline's first N "
-                            "seeds, compared exactly (where the baseline's environment matches; a statistical check "
-                            "reruns them all)")
+                            "seeds (exactly where the baseline's environment matches; elsewhere a weaker statistical "
+                            "test of the means on N seeds)")
     _add_list(check, "--budget", metavar="[METHOD=]EPOCHS",
               help="with --update: the budget of every method, or of one (--budget sgd=10 de=20, or repeated; "
                    "default: each method's check_budget); stored in the baseline")

@@ -1,9 +1,10 @@
 """False alarms of the gate's statistical mode: fresh seeds of unchanged methods against the committed baseline.
 
-    python benchmarks/gate_calibration.py [--sets 2]
+    python benchmarks/gate_calibration.py [--sets 2] [--seeds N] [--workers W]
 
 Another machine behaves like fresh seeds, so each set reruns the baseline's configuration with seeds
-disjoint from the baseline's (10-19, 20-29, ...) and compares it statistically. Prints, per set, the
+disjoint from the baseline's (10-19, 20-29, ...; with ``--seeds 2``, as CI reruns, 10-11, 12-13, ...) and
+compares it statistically. Prints, per set, the
 largest |z| of a fidelity metric, the largest z (worse) of another metric, and how many metrics the
 default (Bonferroni) tolerance flags: an unchanged method should flag none.
 """
@@ -21,16 +22,19 @@ from leaderboard import gate
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per set (default: as many as the baseline's)")
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=Path(__file__).parent / "baseline.json")
     args = parser.parse_args()
     baseline = gate.load_baseline(args.baseline)
     config = baseline["configuration"]
-    n = len(config["seeds"])
+    held = len(config["seeds"])
+    n = args.seeds or held
     rows = []
-    for index in range(1, args.sets + 1):
-        seeds = list(range(index * n, (index + 1) * n))
+    for index in range(args.sets):
+        seeds = list(range(held + index * n, held + (index + 1) * n))
         measured = gate.measure({m: list(by_task) for m, by_task in baseline["results"].items()}, seeds,
-                                 config["budgets"])
+                                 config["budgets"], workers=args.workers)
         report = gate.compare(baseline, measured, statistical=True)
         fidelity = [abs(f.z) for f in report.findings if f.two_sided]
         others = [f.z for f in report.findings if not f.two_sided]
