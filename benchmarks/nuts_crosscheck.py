@@ -164,9 +164,10 @@ def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, 
             "step_size": float(state.adapt_state.step_size)}
 
 
-def chain_predictions(task, positions: np.ndarray, dtype: str) -> np.ndarray:
-    """The test-set predictions of each kept position ``(S, D)``: class probabilities ``(S, N_test, K)`` or the
-    predictive mean and standard deviation ``(S, N_test, 2)``, float32."""
+def chain_predictor(task, dtype: str):
+    """A function from one chain's kept positions ``(S, D)`` to their test-set predictions: class probabilities
+    ``(S, N_test, K)`` or the predictive mean and standard deviation ``(S, N_test, 2)``, float32. Built (and its
+    network jit-compiled) once, for every chain."""
     import jax
     import jax.numpy as jnp
 
@@ -175,12 +176,16 @@ def chain_predictions(task, positions: np.ndarray, dtype: str) -> np.ndarray:
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     predict = jax.jit(jax_models.predict_fn(task, jdtype))
     x_test = jnp.asarray(task.x_test.numpy(), jdtype)
-    outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in positions])
-    if task.kind == "classification":
-        outputs = np.exp(outputs - outputs.max(-1, keepdims=True))
-        return (outputs / outputs.sum(-1, keepdims=True)).astype(np.float32)
-    mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
-    return np.stack([mean, std], axis=-1).astype(np.float32)
+
+    def chain_predictions(positions: np.ndarray) -> np.ndarray:
+        outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in positions])
+        if task.kind == "classification":
+            outputs = np.exp(outputs - outputs.max(-1, keepdims=True))
+            return (outputs / outputs.sum(-1, keepdims=True)).astype(np.float32)
+        mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
+        return np.stack([mean, std], axis=-1).astype(np.float32)
+
+    return chain_predictions
 
 
 REGRESSION_DRAWS = 20_000
@@ -262,7 +267,8 @@ def main() -> None:
                   flush=True)
             chains.append(chain)
     chains.sort(key=lambda r: r["chain"])
-    draws = np.stack([chain_predictions(task, c["positions"], args.dtype) for c in chains])  # (C, S, N, K) or (C, S, N, 2)
+    chain_predictions = chain_predictor(task, args.dtype)
+    draws = np.stack([chain_predictions(c["positions"]) for c in chains])  # (C, S, N, K) or (C, S, N, 2)
     half = args.chains // 2
     if task.kind == "classification":
         build = lambda d: d.astype(np.float64).mean(axis=(0, 1))  # noqa: E731
