@@ -30,8 +30,8 @@ plain ``check --baseline FILE`` reruns exactly that configuration.
    at small budgets a large "improvement" is as suspicious as a loss. Other metrics are flagged when
    worse. The default tolerance is the Bonferroni bound for a family-wise false-alarm rate
    ``FAMILY_FALSE_ALARM`` over the m metrics compared, under Student's t with n_b + n_m - 2 degrees of
-   freedom: t^-1(1 - alpha / (2 m)). Fewer seeds now make a weaker check (a larger SE and tolerance),
-   never a false alarm: CI, which reruns 2 seeds to stay within its time, is exact on the baseline's
+   freedom: t^-1(1 - alpha / (2 m)). Fewer seeds now make a weaker check (a larger SE and tolerance)
+   at the same false-alarm rate: CI, which reruns 2 seeds to stay within its time, is exact on the baseline's
    machine and this weaker statistical check on any other. A seed measured now that repeats a baseline
    seed under other round-off only correlates the two means, which shrinks the true SE of their
    difference: the test stays conservative.
