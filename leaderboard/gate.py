@@ -742,13 +742,13 @@ def compare(baseline: dict, measured: dict, tolerance: float | None = None, stat
     """Compares ``measured`` (as :func:`measure` returns it, for all of the baseline's seeds or its first few) with
     ``baseline``."""
     seeds = baseline["configuration"]["seeds"]
-    n_now = len(seeds)  # until a measurement says otherwise
+    # Seeds measured now: every (method, task) reran the same first ones (all of them without --seeds).
+    n_now = next((len(per_seed) for by_task in measured.values() for per_seed in by_task.values()), len(seeds))
     changes = _numerics_changes(baseline)
     mode = "statistical" if statistical or changes else "exact"
     mismatches, moves, findings, n_compared = [], [], [], 0
     for method, by_task in measured.items():
         for task, per_seed in by_task.items():
-            n_now = len(per_seed)
             for name in BUDGET_FIELDS:
                 for seed, expected, seed_run in zip(seeds, baseline["runs"][method][task][name], per_seed):
                     if seed_run[name] != expected:
