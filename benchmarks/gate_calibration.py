@@ -6,7 +6,8 @@ Another machine behaves like fresh seeds, so each set reruns the baseline's conf
 disjoint from the baseline's (10-19, 20-29, ...; with ``--seeds 2``, as CI reruns, 10-11, 12-13, ...) and
 compares it statistically. Prints, per set, the
 largest |z| of a fidelity metric, the largest z (worse) of another metric, and how many metrics the
-default (Bonferroni) tolerance flags: an unchanged method should flag none.
+default (Bonferroni) tolerance flags: an unchanged method should flag none. Each method runs with the baseline's
+settings and from its source, as ``python -m bench check`` reruns it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from bench.errors import BenchError
 from leaderboard import gate
 
 
@@ -26,15 +28,26 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=Path(__file__).parent / "baseline.json")
     args = parser.parse_args()
-    baseline = gate.load_baseline(args.baseline)
+    if min(args.sets, args.workers, 1 if args.seeds is None else args.seeds) < 1:
+        parser.error(f"--sets, --seeds and --workers must be at least 1, got --sets {args.sets} --seeds {args.seeds} "
+                     f"--workers {args.workers}")
+    try:
+        print(calibration(args.baseline, args.sets, args.seeds, args.workers))
+    except BenchError as error:  # a damaged baseline or a failed run: one line, as the CLI reports it
+        parser.exit(1, f"error: {error}\n")
+
+
+def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int) -> str:
+    baseline = gate.load_baseline(path)
     config = baseline["configuration"]
+    sources = {name: config.get("sources", {}).get(name, name) for name in baseline["results"]}
     held = len(config["seeds"])
-    n = args.seeds or held
+    n = seeds_per_set or held
     rows = []
-    for index in range(args.sets):
+    for index in range(sets):
         seeds = list(range(held + index * n, held + (index + 1) * n))
         measured = gate.measure({m: list(by_task) for m, by_task in baseline["results"].items()}, seeds,
-                                 config["budgets"], workers=args.workers)
+                                 config["budgets"], config.get("settings"), sources, workers=workers)
         report = gate.compare(baseline, measured, statistical=True)
         fidelity = [abs(f.z) for f in report.findings if f.two_sided]
         others = [f.z for f in report.findings if not f.two_sided]
@@ -42,7 +55,7 @@ def main() -> None:
                      "tolerance (SE)": f"{report.tolerance:.2f}", "max |z| fidelity": f"{max(fidelity):.2f}",
                      "max z others (worse)": f"{max(others):.2f}", "flagged": len(report.flagged),
                      "budget mismatches": len(report.budget_mismatches)})
-    print(tabulate(rows, headers="keys", tablefmt="github"))
+    return tabulate(rows, headers="keys", tablefmt="github")
 
 
 if __name__ == "__main__":
