@@ -167,7 +167,7 @@ def tune(method: str, task_name: str, budgets: list[float], seeds: list[int],
             eligible = np.where([reaches(ratio) for ratio in columns["variance ratio"]], eligible, math.inf)
         kept += eligible / len(budgets)
         at = "" if len(budgets) == 1 else f" at {budget:g}"
-        for row, i in zip(rows, range(len(rows))):
+        for i, row in enumerate(rows):
             row.update({key + at: float(values[i]) for key, values in columns.items()})
     if len(budgets) > 1:
         for row, score in zip(rows, kept):
