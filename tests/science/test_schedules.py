@@ -232,7 +232,7 @@ def test_hmc_chains_draw_from_distinct_streams(monkeypatch):
     init = hmc.init
     monkeypatch.setattr(hmc, "init", lambda position, *args, **kwargs: starts.append(position.clone())
                         or init(position, *args, **kwargs))
-    fit("toy-gap", "hmc", 100, settings={"chains": 3})
+    fit("toy-gap", "hmc", 100, settings={"chains": 3, "leapfrog_steps": 3})
     assert torch.cdist(starts[0], starts[0]).fill_diagonal_(float("inf")).min() > 0
     from approximators import hmc as budgeted
 
