@@ -40,7 +40,7 @@ def main() -> None:
 def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int) -> str:
     baseline = gate.load_baseline(path)
     config = baseline["configuration"]
-    sources = {name: config.get("sources", {}).get(name, name) for name in baseline["results"]}
+    sources = gate.baseline_sources(baseline)
     held = len(config["seeds"])
     n = seeds_per_set or held
     rows = []

@@ -698,6 +698,12 @@ def _load_gated(path: Path, name: str, source: str) -> None:
         raise BenchError(f"{path} gates the method {name!r}, but {source} now loads a method named {method.name!r}")
 
 
+def baseline_sources(baseline: dict) -> dict[str, str]:
+    """How to load each method the baseline measured: ``{name: source}`` (files written before methods could come
+    from outside bdl-bench load every method by its name)."""
+    return {name: baseline["configuration"].get("sources", {}).get(name, name) for name in baseline["results"]}
+
+
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False,
           max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1,
@@ -715,8 +721,7 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
         held = len(configuration["seeds"])
         if seeds > held:
             raise BenchError(f"--seeds {seeds}: {path} holds {held} seeds; a check reruns at most those")
-    # Files written before methods could come from outside bdl-bench load every method by its name.
-    sources = {name: configuration.get("sources", {}).get(name, name) for name in baseline["results"]}
+    sources = baseline_sources(baseline)
     aliases = {**{source: name for name, source in sources.items()}, **{name: name for name in sources}}
     methods = _subset([aliases.get(m, m) for m in methods or []], list(baseline["results"]), "method", path)
     tasks = _subset(tasks, configuration["tasks"], "task", path)
