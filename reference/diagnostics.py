@@ -21,6 +21,9 @@ Steps shared by both diagnostics:
   This makes both diagnostics well defined for heavy tails and invariant to
   monotone transformations.
 
+Tail ESS (:func:`tail_ess`) is the smaller of the ESS of the indicators ``x <= q`` at the 5% and 95% quantiles
+``q`` of all split draws, as the paper defines it: how well the chains estimate the tails' probabilities.
+
 R-hat returned is ``max(bulk R-hat, folded R-hat)``, where the folded version
 is computed from ``|x - median(x)|`` (median over all split draws of the
 quantity) and detects chains that agree in location but differ in scale, as
@@ -182,6 +185,33 @@ def bulk_ess(x) -> np.ndarray:
     varying = ~_constant(a)
     if varying.any():
         out[varying] = _ess(_rank_normalise(_split_chains(a[:, :, varying])))
+    return out.reshape(quantity_shape)
+
+
+TAIL_QUANTILES = (0.05, 0.95)
+
+
+def tail_ess(x) -> np.ndarray:
+    """Tail effective sample size: the smaller ESS of the split chains' indicators ``x <= q`` at the
+    :data:`TAIL_QUANTILES` ``q`` of all draws of the quantity (not rank-normalised: an indicator is its own rank).
+
+    Args:
+        x: draws, ``(chains, draws, *quantity_shape)``.
+
+    Returns:
+        ``quantity_shape`` array of ESS values; a quantity whose indicator is constant (a constant quantity, or one
+        whose draws sit on one side of the quantile) gets ``chains * draws``, as :func:`bulk_ess` gives a constant one.
+    """
+    a, quantity_shape = _flatten(x)
+    split = _split_chains(a)
+    out = np.full(a.shape[2], np.inf)
+    for level in TAIL_QUANTILES:
+        indicator = (split <= np.quantile(split, level, axis=(0, 1))).astype(np.float64)
+        ess = np.full(a.shape[2], float(a.shape[0] * a.shape[1]))
+        varying = ~_constant(indicator)
+        if varying.any():
+            ess[varying] = _ess(indicator[:, :, varying])
+        out = np.minimum(out, ess)
     return out.reshape(quantity_shape)
 
 

@@ -7,16 +7,19 @@
 - regression: ``samples`` ``(N_test, 1000)``, one draw of y ~ p(y | x, theta) per selected kept
   sample, the 1000 selected samples spread evenly over chains and iterations.
 
-Diagnostics are the rank-normalised split R-hat and bulk ESS (Vehtari et al. 2021) of function-space
-quantities across chains: every test point's predictive probabilities (classification) or predictive
-mean and standard deviation (regression). The worst values are stored. The noise floor is the same
-metrics computed between two references built the same way from the two disjoint halves of the
-chains: no method can be expected to score better than that against a reference of this size.
+Beside it, the evidence (:mod:`reference.evidence`): per chain and kept draw, the predictive at stated test points
+and the log posterior and test log-likelihood; each chain's predictive average; every iteration's acceptance
+probability. The metadata's diagnostics (rank-normalised split R-hat, bulk and tail ESS, Vehtari et al. 2021), its
+acceptance figures and its noise floor (the distance an independent, exact run of the reference's sampler is
+expected to score against it) are computed from the evidence alone, so ``reference diagnose`` recomputes them. One
+figure is not: generation refuses a reference whose worst split R-hat over every test point's predictive exceeds
+``R_HAT_LIMIT`` (the evidence keeps stated points), and records that worst value as ``generation_check``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import math
 import multiprocessing
@@ -38,15 +41,18 @@ from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.io import atomic_write_bytes, exclusive, open_regular_file
 from bench.likelihoods import Categorical
 from bench.tasks import PREDICTIVE_SAMPLES, Task
-from reference import diagnostics, hmc
-from reference.settings import HMCSettings
+from reference import diagnostics, evidence, hmc
+from reference.settings import R_HAT_LIMIT, HMCSettings
 
 
 @dataclass(frozen=True)
 class GeneratedReference:
+    """The reference's array, its metadata and its evidence file's bytes (:mod:`reference.evidence`)."""
+
     key: str
     array: np.ndarray
     metadata: dict
+    evidence: bytes
 
 
 def task_target(task: Task, dtype: torch.dtype, device: torch.device) -> tuple[hmc.Target, StackedModel]:
@@ -84,13 +90,16 @@ def chain_generators(seed: int, n_chains: int) -> tuple[list[int], list[torch.Ge
     return seeds, [torch.Generator().manual_seed(s) for s in seeds]
 
 
-def _function_space(task: Task, model: StackedModel, position: torch.Tensor, x_test: torch.Tensor) -> torch.Tensor:
-    """Per-chain predictive quantities: probabilities ``(C, N, K)`` or mean and std ``(C, N, 2)``."""
+def _function_space(task: Task, model: StackedModel, position: torch.Tensor, x_test: torch.Tensor,
+                    y_test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-chain predictive quantities, probabilities ``(C, N, K)`` or mean and std ``(C, N, 2)``, and the test set's
+    log-likelihood ``(C,)`` float64."""
     outputs = model.flat(position, x_test)
+    log_likelihood = task.likelihood.log_prob(outputs, y_test).double().sum(-1)
     if task.kind == "classification":
-        return Categorical.probabilities(outputs).float()
+        return Categorical.probabilities(outputs).float(), log_likelihood
     mean, std = task.likelihood.mean_and_std(outputs)
-    return torch.stack([mean, std], dim=-1).float()
+    return torch.stack([mean, std], dim=-1).float(), log_likelihood
 
 
 def predictive_samples(mean_std: np.ndarray, generator: np.random.Generator, n: int = PREDICTIVE_SAMPLES) -> np.ndarray:
@@ -116,20 +125,21 @@ def _scores(task: Task, prediction: np.ndarray, reference: np.ndarray) -> dict:
     return result
 
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 CHECKPOINT_SECONDS = 60.0
 """A chain group writes its checkpoint at most this often (and at the end of burn-in and when it finishes)."""
 
 
 @dataclass
 class ChainGroupRun:
-    """What one group of chains produced: kept function-space draws ``(c, S, N, Q)`` float32, the acceptance
-    probabilities of the burn-in ``(n_burnin, c)`` and kept ``(n_kept_iterations, c)`` iterations, the kept
-    iterations' leapfrog steps ``(n_kept_iterations, c)``, the final step sizes ``(c,)``, the gradients computed,
-    and the seconds spent computing (over every sitting)."""
+    """What one group of chains produced: kept function-space draws ``(c, S, N, Q)`` float32 and their traces ``(c, S,
+    2)`` float64 (log posterior, test log-likelihood), the acceptance probabilities of the burn-in ``(n_burnin, c)``
+    and kept ``(n_kept_iterations, c)`` iterations, the kept iterations' leapfrog steps ``(n_kept_iterations, c)``, the
+    final step sizes ``(c,)``, the gradients computed, and the seconds spent computing (over every sitting)."""
 
     chains: list[int]
     draws: torch.Tensor
+    traces: torch.Tensor
     burnin_accept: torch.Tensor
     kept_accept: torch.Tensor
     leapfrog_steps: torch.Tensor
@@ -220,6 +230,11 @@ def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device
     seeds, generators = chain_generators(settings.seed, settings.n_chains)
     generators = [generators[c] for c in chains]
     x_test = task.x_test.to(device=torch_device, dtype=dtype)
+    if task.y_test is None:
+        raise ValueError("a reference's evidence holds the test log-likelihood of every draw: the task needs y_test")
+    y_test = task.y_test.to(device=torch_device)
+    if task.kind == "regression":
+        y_test = y_test.to(dtype)
     tau = settings.trajectory_length or hmc.default_trajectory_length(task.prior_variance)
     total = settings.n_burnin + settings.n_samples * settings.thinning
     identity = _identity(task, settings, chains)
@@ -231,7 +246,7 @@ def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device
         initial = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, seeds[c]) for c in chains]))
         state = hmc.init(initial.to(device=torch_device, dtype=dtype), target, settings.initial_step_size, adapt=True)
         iteration, gradient_evaluations, compute_seconds = 0, 0, 0.0
-        burnin_accept, kept_accept, kept, leapfrog_counts = [], [], [], []
+        burnin_accept, kept_accept, kept, traces, leapfrog_counts = [], [], [], [], []
     else:
         state = _state_from(saved["state"], torch_device)
         for generator, generator_state in zip(generators, saved["generators"]):
@@ -239,14 +254,14 @@ def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device
         iteration, gradient_evaluations = saved["iteration"], saved["gradient_evaluations"]
         compute_seconds = saved["compute_seconds"]
         burnin_accept, kept_accept = list(saved["burnin_accept"]), list(saved["kept_accept"])
-        kept, leapfrog_counts = list(saved["kept"]), list(saved["leapfrog_steps"])
+        kept, traces, leapfrog_counts = list(saved["kept"]), list(saved["traces"]), list(saved["leapfrog_steps"])
 
     def checkpoint() -> None:
         if path is not None:
             _save_checkpoint(path, identity, {
                 "iteration": iteration, "state": _state_dict(state), "generators": [g.get_state() for g in generators],
                 "gradient_evaluations": gradient_evaluations, "compute_seconds": compute_seconds,
-                "burnin_accept": burnin_accept, "kept_accept": kept_accept, "kept": kept,
+                "burnin_accept": burnin_accept, "kept_accept": kept_accept, "kept": kept, "traces": traces,
                 "leapfrog_steps": leapfrog_counts})
 
     started = last_checkpoint = time.perf_counter()
@@ -264,7 +279,9 @@ def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device
             leapfrog_counts.append(info.n_leapfrog.cpu())
             if (iteration - settings.n_burnin + 1) % settings.thinning == 0:
                 with torch.no_grad():
-                    kept.append(_function_space(task, model, state.position, x_test).cpu())
+                    quantities, test_log_likelihood = _function_space(task, model, state.position, x_test, y_test)
+                kept.append(quantities.cpu())
+                traces.append(torch.stack([state.log_likelihood + state.log_prior, test_log_likelihood], -1).cpu())
         iteration += 1
         now = time.perf_counter()
         compute_seconds = done_before + now - started
@@ -277,7 +294,7 @@ def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device
         state = hmc.freeze(state)
     empty = torch.empty(0, len(chains), dtype=torch.float64)
     return ChainGroupRun(
-        chains=chains, draws=torch.stack(kept, dim=1),
+        chains=chains, draws=torch.stack(kept, dim=1), traces=torch.stack(traces, dim=1),
         burnin_accept=torch.stack(burnin_accept) if burnin_accept else empty,
         kept_accept=torch.stack(kept_accept), leapfrog_steps=torch.stack(leapfrog_counts),
         step_sizes=state.step_size.cpu(), gradient_evaluations=gradient_evaluations,
@@ -336,6 +353,9 @@ def generate(task: Task, settings: HMCSettings, device: str = "cpu", progress: b
     """
     if settings.n_chains < 2 or settings.n_chains % 2:
         raise ValueError("n_chains must be even and at least 2 (the noise floor compares two halves)")
+    if task.kind == "regression" and PREDICTIVE_SAMPLES % settings.n_chains:
+        raise ValueError(f"n_chains must divide the reference's {PREDICTIVE_SAMPLES} draws of y (its chains are its "
+                         "columns)")
     groups = chain_groups(settings)
     workers = min(workers, len(groups))
     total = (settings.n_burnin + settings.n_samples * settings.thinning) * settings.n_chains
@@ -412,27 +432,33 @@ def _in_workers(task: Task, settings: HMCSettings, groups: list[list[int]], devi
 
 def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], device: str, wall: float,
               workers: int, threads: int) -> GeneratedReference:
-    """The reference, its diagnostics and noise floor from every chain group's draws (chains in order)."""
+    """The reference and its evidence from every chain group's draws (chains in order); every figure the evidence
+    decides (diagnostics, acceptance, floor) is computed from the evidence itself (:func:`reference.evidence.summarise`),
+    as ``reference diagnose`` recomputes it."""
     draws = torch.cat([run.draws for run in runs]).numpy()  # (C, S, N, K) or (C, S, N, 2)
     burnin_accept = torch.cat([run.burnin_accept for run in runs], dim=1)
     accept = torch.cat([run.kept_accept for run in runs], dim=1)
     leapfrog_counts = torch.cat([run.leapfrog_steps for run in runs], dim=1)
-    step_sizes = torch.cat([run.step_sizes for run in runs])
     chain_seeds, _ = chain_generators(settings.seed, settings.n_chains)
-    half = settings.n_chains // 2
     if task.kind == "classification":
         key = "probs"
-        build = lambda d: d.astype(np.float64).mean(axis=(0, 1))  # noqa: E731
-        array, halves = build(draws), (build(draws[:half]), build(draws[half:]))
+        array = draws.astype(np.float64).mean(axis=(0, 1))
+        chain_average = draws.astype(np.float64).mean(axis=1).astype(np.float32)
     else:
         key = "samples"
-        sampler = np.random.default_rng(np.random.SeedSequence([settings.seed, 1]))
-        array = predictive_samples(draws, sampler)
-        halves = (predictive_samples(draws[:half], sampler), predictive_samples(draws[half:], sampler))
-
-    rhat = diagnostics.split_rhat(draws)
-    ess = diagnostics.bulk_ess(draws)
+        array = predictive_samples(draws, np.random.default_rng(np.random.SeedSequence([settings.seed, 1])))
+        chain_average = None
+    points = evidence.evidence_points(task)
+    kept = evidence.Evidence(
+        points=points, point_draws=evidence.point_quantities(task, draws, array, points),
+        traces=torch.cat([run.traces for run in runs]).numpy().astype(np.float64),
+        accept_prob=torch.cat([burnin_accept, accept]).T.numpy().astype(np.float64),
+        leapfrog_steps=leapfrog_counts.T.numpy().astype(np.int32),
+        step_size=torch.cat([run.step_sizes for run in runs]).numpy().astype(np.float64),
+        chain_average=chain_average)
     tau = settings.trajectory_length or hmc.default_trajectory_length(task.prior_variance)
+    evidence_bytes = kept.to_bytes()
+    every_quantity = float(diagnostics.split_rhat(draws).max())
     metadata = {
         "task": task.describe(),
         "task_fingerprint": task.fingerprint(),
@@ -441,20 +467,14 @@ def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], devi
         "hmc": {**settings.to_dict(), "trajectory_length_used": tau,
                 "mass_matrix": "identity", "step_size_adaptation": "dual averaging during burn-in, then frozen"},
         "chain_seeds": chain_seeds,
-        "kept_samples_per_chain": int(draws.shape[1]),
-        "kept_samples_total": int(draws.shape[0] * draws.shape[1]),
-        "step_sizes": step_sizes.tolist(),
-        "leapfrog_steps": leapfrog_counts.float().mean(0).tolist(),
-        "acceptance_rate": float(accept.mean()),
-        "acceptance_rate_per_chain": accept.mean(0).tolist(),
-        "burnin_acceptance_rate": float(burnin_accept.mean()) if burnin_accept.numel() else None,
-        "diagnostics": {
-            "quantities": "predictive probabilities" if key == "probs" else "predictive mean and std",
-            "max_split_rhat": float(np.max(rhat)),
-            "min_bulk_ess": float(np.min(ess)),
-            "median_bulk_ess": float(np.median(ess)),
+        **evidence.summarise(task, array, kept),
+        "evidence_sha256": hashlib.sha256(evidence_bytes).hexdigest(),
+        "generation_check": {
+            "max_split_rhat": every_quantity, "limit": R_HAT_LIMIT,
+            "quantities": "every test point's " + ("predictive probabilities" if key == "probs" else
+                                                   "predictive mean and standard deviation"),
+            "recomputable": "no: computed from every draw at generation, of which the evidence keeps stated points",
         },
-        "noise_floor": _scores(task, halves[0], halves[1]),
         "gradient_evaluations": sum(run.gradient_evaluations for run in runs),
         "wall_seconds": round(wall, 1),
         "compute_seconds": round(sum(run.compute_seconds for run in runs), 1),
@@ -464,9 +484,9 @@ def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], devi
         "versions": {"bdl-bench": bench.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "python": platform.python_version()},
     }
-    if not math.isfinite(metadata["diagnostics"]["max_split_rhat"]):
+    if not (math.isfinite(metadata["diagnostics"]["max_split_rhat"]) and math.isfinite(every_quantity)):
         raise RuntimeError("non-finite R-hat: the chains produced invalid predictions")
-    return GeneratedReference(key, array, metadata)
+    return GeneratedReference(key, array, metadata, evidence_bytes)
 
 
 def compare(task: Task, new: np.ndarray, shipped: np.ndarray) -> dict:

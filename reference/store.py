@@ -4,7 +4,9 @@ A reference is two files in ``reference/data/``: ``<task>.npz`` with one array (
 HMC Bayesian model average ``(N_test, C)``, or ``samples``: predictive draws ``(N_test, 1000)``)
 and ``<task>.json`` with its metadata (task settings and fingerprint, HMC settings, diagnostics,
 noise floor). ``reference/registry.json`` records both files' sha256; loading recomputes them and
-refuses any mismatch, so a corrupted or hand-edited reference never gets scored against.
+refuses any mismatch, so a corrupted or hand-edited reference never gets scored against. It also records the sha256
+of the reference's evidence (:mod:`reference.evidence`), which ``reference diagnose`` checks before recomputing the
+metadata's figures from it; scoring never reads the evidence.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from bench.io import atomic_write_bytes, json_bytes, npz_bytes, read_json, sha25
 from bench.tasks import Task
 
 PACKAGE_DATA = Path(__file__).parent / "data"
+EVIDENCE = Path(__file__).parent / "evidence"
+"""The shipped references' evidence (:mod:`reference.evidence`): in the repository, not in the wheel."""
 REGISTRY = Path(__file__).parent / "registry.json"
 
 
@@ -45,8 +49,19 @@ def read_registry(path: Path | None = None) -> dict:
     return read_json(path, "reference checksum registry", "reinstall bdl-bench (the registry is part of the package)")
 
 
-def write_reference(folder: Path, task: str, key: str, array: np.ndarray, metadata: dict) -> dict:
-    """Writes ``<task>.npz`` and ``<task>.json`` atomically; returns their registry entry."""
+def evidence_path(folder: Path, task: str) -> Path:
+    """Where the evidence of the reference in ``folder`` lives: the repository's ``reference/evidence/<task>.npz`` for
+    the shipped references, ``<task>.evidence.npz`` beside any other."""
+    return EVIDENCE / f"{task}.npz" if Path(folder).resolve() == PACKAGE_DATA.resolve() \
+        else Path(folder) / f"{task}.evidence.npz"
+
+
+def write_reference(folder: Path, task: str, key: str, array: np.ndarray, metadata: dict, evidence: bytes) -> dict:
+    """Writes ``<task>.npz``, ``<task>.json`` and the evidence (:func:`evidence_path`) atomically, the evidence
+    first; returns their registry entry."""
+    evidence_file = evidence_path(folder, task)
+    evidence_file.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(evidence_file, evidence)
     atomic_write_bytes(folder / f"{task}.npz", npz_bytes(**{key: array}))
     atomic_write_bytes(folder / f"{task}.json", json_bytes(metadata))
     return {
@@ -54,6 +69,7 @@ def write_reference(folder: Path, task: str, key: str, array: np.ndarray, metada
         "fingerprint": metadata["task_fingerprint"],
         "npz_sha256": sha256_file(folder / f"{task}.npz"),
         "json_sha256": sha256_file(folder / f"{task}.json"),
+        "evidence_sha256": sha256_file(evidence_file),
     }
 
 
@@ -141,3 +157,75 @@ def read_array(path: Path, advice: str) -> tuple[str, np.ndarray]:
         raise ReferenceMismatch(f"reference damaged: {path} holds a {array.dtype} array of shape {array.shape}, "
                                 f"not finite floats (test points x columns); {advice}")
     return key, array
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A reference's metadata checked against its evidence: ``summary`` the figures recomputed
+    (:func:`reference.evidence.summarise`), ``differences`` each one the ``.json`` states otherwise (empty when all
+    agree), ``gold_standard`` the diagnostics against :data:`reference.settings.GOLD_STANDARD`."""
+
+    task: str
+    summary: dict
+    differences: list[str]
+    gold_standard: dict
+
+
+def diagnose(task: Task, folder: Path | None = None) -> Diagnosis:
+    """Recomputes every figure of ``task``'s reference metadata that its evidence decides and compares them.
+
+    ``folder`` None: the shipped reference (its three files checked against the registry first); else the reference
+    ``reference generate --out folder`` wrote (the evidence checked against the sha256 its ``.json`` records)."""
+    from reference import evidence
+
+    regenerate = f"run `python -m bench reference generate --task {task.name} --install`"
+    if folder is None:
+        reference = load_reference(task)
+        metadata, array = reference.metadata, reference.array
+        expected = read_registry().get(task.name, {}).get("evidence_sha256")
+        path = evidence_path(PACKAGE_DATA, task.name)
+        if not path.exists():
+            raise ReferenceMismatch(f"reference evidence missing: {path} does not exist (the evidence ships in the "
+                                    f"repository, not in the wheel: diagnose from a clone), or {regenerate}")
+    else:
+        metadata = read_json(Path(folder) / f"{task.name}.json", "reference metadata", regenerate)
+        _, array = read_array(Path(folder) / f"{task.name}.npz", regenerate)
+        expected = metadata.get("evidence_sha256") if isinstance(metadata, dict) else None
+        path = evidence_path(folder, task.name)
+        if not path.exists():
+            raise ReferenceMismatch(f"reference evidence missing: {path} does not exist; {regenerate}")
+    if not isinstance(expected, str):
+        raise ReferenceMismatch(f"reference evidence unregistered: nothing records the sha256 of {task.name}'s "
+                                f"evidence; {regenerate}")
+    actual = sha256_file(path)
+    if actual != expected:
+        raise ReferenceMismatch(f"reference evidence corrupted: {path} has sha256 {actual[:16]}..., "
+                                f"{expected[:16]}... was recorded; refusing to diagnose from it")
+    kept = evidence.load(path, regenerate)
+    seed = metadata.get("hmc", {}).get("seed") if isinstance(metadata, dict) else None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ReferenceMismatch(f"reference damaged: its metadata states no integer HMC seed; {regenerate}")
+    why = evidence.consistent_with(task, array, kept, seed)
+    if why is not None:
+        raise ReferenceMismatch(f"reference evidence stale: {path} is not the evidence of {task.name}'s reference "
+                                f"({why}); {regenerate}")
+    summary = evidence.summarise(task, array, kept)
+    return Diagnosis(task.name, summary, evidence.differences(metadata, summary),
+                     evidence.gold_standard(task, summary))
+
+
+def restate(task: Task, folder: Path | None = None) -> list[str]:
+    """Rewrites the figures of ``task``'s reference metadata that its evidence decides, recomputed from the evidence
+    (after a change of how they are computed: the chains, and so the reference, are untouched), and for the shipped
+    reference the registry's sha256 of the ``.json``; returns the lines :func:`diagnose` found different before."""
+    found = diagnose(task, folder)
+    if not found.differences:
+        return []
+    json_path = (folder or PACKAGE_DATA) / f"{task.name}.json"
+    metadata = read_json(json_path, "reference metadata", "regenerate the reference")
+    atomic_write_bytes(json_path, json_bytes({**metadata, **found.summary}))
+    if folder is None:
+        entry = dict(read_registry()[task.name])
+        entry["json_sha256"] = sha256_file(json_path)
+        register(task.name, entry)
+    return found.differences

@@ -1,4 +1,4 @@
-"""Tests for reference.diagnostics: rank-normalised split R-hat and bulk ESS."""
+"""Tests for reference.diagnostics: rank-normalised split R-hat, bulk ESS and tail ESS."""
 
 import warnings
 
@@ -8,7 +8,7 @@ import scipy.signal
 import scipy.special
 import scipy.stats
 
-from reference.diagnostics import bulk_ess, split_rhat, summarize
+from reference.diagnostics import bulk_ess, split_rhat, summarize, tail_ess
 
 
 def ar1(rho, chains, draws, rng, n_quantities=1):
@@ -27,11 +27,26 @@ def unsplit_classic_rhat(x):
 
 def reference_bulk_ess(x):
     """Scalar port of Stan's ESS loops (split, rank-normalise, Geyer), for a (chains, draws) array."""
-    half = x.shape[1] // 2
-    split = np.concatenate([x[:, :half], x[:, x.shape[1] - half :]])
+    split = split_chains(x)
     m, n = split.shape
     ranks = scipy.stats.rankdata(split.ravel()).reshape(m, n)
-    z = scipy.special.ndtri((ranks - 0.375) / (m * n + 0.25))
+    return reference_ess(scipy.special.ndtri((ranks - 0.375) / (m * n + 0.25)))
+
+
+def split_chains(x):
+    half = x.shape[1] // 2
+    return np.concatenate([x[:, :half], x[:, x.shape[1] - half :]])
+
+
+def reference_tail_ess(x):
+    """Tail ESS spelt out: the smaller ESS of the split chains' indicators below the 5% and 95% quantiles."""
+    split = split_chains(x)
+    return min(reference_ess((split <= np.quantile(split, q)).astype(float)) for q in (0.05, 0.95))
+
+
+def reference_ess(z):
+    """Stan's ESS loops for already split (and, for bulk ESS, rank-normalised) chains ``(m, n)``."""
+    m, n = z.shape
     acov = np.empty((m, n))
     for c in range(m):
         d = z[c] - z[c].mean()
@@ -153,6 +168,25 @@ def test_bulk_ess_matches_scalar_port_of_stan(draws):
         assert bulk_ess(x) == pytest.approx(reference_bulk_ess(x), rel=1e-10)
 
 
+@pytest.mark.parametrize("draws", [8, 13, 101])
+def test_tail_ess_matches_its_definition_spelt_out(draws):
+    rng = np.random.default_rng(draws + 1)
+    for x in (rng.standard_normal((3, draws)), ar1(0.8, 3, draws, rng)[..., 0], rng.standard_cauchy((3, draws))):
+        assert tail_ess(x) == pytest.approx(reference_tail_ess(x), rel=1e-10)
+
+
+def test_tail_ess_sees_tails_that_bulk_ess_does_not():
+    """Chains that agree in the bulk but of which one never reaches the lower tail: bulk ESS stays high, tail ESS
+    falls, because the indicator of the 5% quantile differs between chains."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4, 2000))
+    x[0] = np.abs(x[0]) * 0.3  # chain 0 lives in the middle and upper half only
+    assert tail_ess(x) < 0.5 * bulk_ess(x)
+    iid = rng.standard_normal((4, 2000))
+    # 8000 iid draws: the indicator's ESS has a relative sd of about 5% (as the bulk ESS above), so 30% is ~6 sd.
+    assert abs(tail_ess(iid) / 8000 - 1) < 0.3
+
+
 def test_vectorised_equals_quantity_by_quantity():
     rng = np.random.default_rng(7)
     x = np.empty((4, 101, 2, 3))  # odd draw count: the middle draw is dropped
@@ -162,12 +196,13 @@ def test_vectorised_equals_quantity_by_quantity():
     x[..., 1, 0] = rng.integers(0, 2, (4, 101))
     x[..., 1, 1] = rng.standard_cauchy((4, 101))
     x[..., 1, 2] = rng.standard_normal((4, 101)) + np.arange(4)[:, None]
-    rhat, ess = split_rhat(x), bulk_ess(x)
-    assert rhat.shape == ess.shape == (2, 3)
+    rhat, ess, tail = split_rhat(x), bulk_ess(x), tail_ess(x)
+    assert rhat.shape == ess.shape == tail.shape == (2, 3)
     for i in range(2):
         for j in range(3):
             assert rhat[i, j] == pytest.approx(split_rhat(x[..., i, j]), rel=1e-12)
             assert ess[i, j] == pytest.approx(bulk_ess(x[..., i, j]), rel=1e-12)
+            assert tail[i, j] == pytest.approx(tail_ess(x[..., i, j]), rel=1e-12)
 
 
 def test_summarize_reports_worst_quantity_and_its_index():

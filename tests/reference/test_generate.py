@@ -33,7 +33,7 @@ def tiny_task() -> Task:
     x = centres[y] + torch.randn(30, 2, generator=g)
     x_test = torch.randn(12, 2, generator=g) * 2
     return Task(name="tiny", version=1, description="tiny", x_train=x, y_train=y, x_test=x_test,
-                y_test=None, model_factory=lambda: mlp([2, 4, 3]), architecture="MLP 2-4-3",
+                y_test=torch.arange(3).repeat(4), model_factory=lambda: mlp([2, 4, 3]), architecture="MLP 2-4-3",
                 likelihood=Categorical(), prior_variance=1.0, settings={},
                 test_blocks=(Block("a", 0, 6), Block("b", 6, 12)), n_classes=3)
 
@@ -238,10 +238,12 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads worker processes from /proc")
-@pytest.mark.parametrize("to_group", [True, False], ids=["Ctrl-C to the process group", "SIGINT to the parent only"])
-def test_an_interrupt_stops_every_worker_at_once_and_keeps_the_checkpoints(tmp_path, to_group):
+@pytest.mark.parametrize("to_group", [True, False], ids=["to the process group", "to the parent only"])
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_stops_every_worker_at_once_and_keeps_the_checkpoints(tmp_path, to_group, signum, code):
     """Workers busy sampling are stopped by the parent, not awaited (their chains would run for hours); the
-    command ends with one line and exit 130, and the chains' checkpoints stay for the next run to resume."""
+    command ends with one line and exit 130 (143 for SIGTERM, which schedulers send before they kill: it once ended
+    the parent alone, leaving its workers sampling), and the chains' checkpoints stay for the next run to resume."""
     checkpoints = tmp_path / "ck"
     process = subprocess.Popen(
         [sys.executable, "-c", _GENERATE_IN_WORKERS, "reference", "generate", "--task", "toy-gap", "--out",
@@ -255,14 +257,15 @@ def test_an_interrupt_stops_every_worker_at_once_and_keeps_the_checkpoints(tmp_p
             time.sleep(0.1)
         workers = [pid for child in _children(process.pid) for pid in [child, *_children(child)]]
         if to_group:
-            os.killpg(process.pid, signal.SIGINT)
+            os.killpg(process.pid, signum)
         else:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(signum)
         _, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130 and len(err.strip().splitlines()) == 1, err
+    assert process.returncode == code and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: terminated (SIGTERM)" if signum == signal.SIGTERM else "error: interrupted"), err
     assert "run the same command again" in err and str(checkpoints / "toy-gap") in err
     assert len(list(checkpoints.glob("toy-gap/chains-*.pt"))) == 2
     time.sleep(0.5)

@@ -14,7 +14,7 @@ from reference.settings import R_HAT_LIMIT
 
 def _write(tmp_path, task):
     metadata = {"task": task.describe(), "task_fingerprint": task.fingerprint(), "noise_floor": {}}
-    entry = store.write_reference(tmp_path, task.name, "samples", np.zeros((task.n_test, 4)), metadata)
+    entry = store.write_reference(tmp_path, task.name, "samples", np.zeros((task.n_test, 4)), metadata, b"evidence")
     store.register(task.name, entry, tmp_path / "registry.json")
     return tmp_path / "registry.json"
 

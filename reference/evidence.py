@@ -1,0 +1,330 @@
+"""What an embedded reference keeps beside its model average, and every figure of its metadata recomputed from it.
+
+A reference's ``.npz`` holds the predictive a method is scored against. Its evidence, ``reference/evidence/T.npz``
+(in the repository; the wheel does not carry it), holds what its diagnostics and noise floor are computed from,
+so that ``python -m bench reference diagnose`` recomputes every figure of the ``.json`` from shipped files:
+
+- ``points`` ``(P,)``: the stated test points (:func:`evidence_points`: :data:`POINTS_PER_TASK` spread evenly over
+  each test block, or over the test set);
+- ``point_draws`` ``(C, S, P, q)`` float32, for each chain's kept draws: at each stated point, the probability of the
+  class the reference predicts there (classification, q = 1) or the predictive mean and standard deviation
+  (regression, q = 2);
+- ``traces`` ``(C, S, 2)`` float64, per kept draw: the log posterior the Metropolis test used (training data
+  log-likelihood plus log prior) and the log-likelihood of the test set;
+- ``chain_average`` ``(C, N, K)`` float32 (classification): each chain's predictive average over its kept draws. A
+  regression reference's 1000 draws of y need nothing more: column j comes from chain ``floor(j C / 1000)``
+  (:func:`reference.generate.predictive_samples` takes the draws chain-major), so its chains are its columns;
+- ``accept_prob`` ``(C, T)`` float64: every iteration's Metropolis acceptance probability, burn-in first;
+- ``leapfrog_steps`` ``(C, T_kept)`` int32: each kept iteration's number of leapfrog steps;
+- ``step_size`` ``(C,)`` float64: each chain's step size after adaptation.
+
+**Diagnostics** (:func:`summarise`): the rank-normalised split R-hat, bulk ESS and tail ESS (Vehtari et al. 2021,
+:mod:`reference.diagnostics`) of every quantity of ``point_draws`` and ``traces``, the worst of each named.
+
+**Noise floor** (:func:`noise_floor`): the distance an independent run of the reference's sampler, with as many
+chains and draws, as autocorrelated, but exact, is expected to score against the reference (what a method that
+matched the posterior as well as the reference does cannot beat; a sampler of independent draws would score less,
+by about sqrt((1 + ESS / draws) / 2)). Such a run A and the reference R estimate one predictive with errors of
+equal variance s^2 per entry, so A - R has variance 2 s^2. The two halves H1, H2 of the reference's chains have twice
+its variance each, so H1 - H2 has variance 4 s^2. Every metric here is, for small errors, proportional to the errors'
+standard deviation (total variation and W1 exactly in expectation for Gaussian errors; the disagreement rate 1 -
+agreement for a smooth density of the margin between the top two classes; W2 up to a slowly growing factor), so
+
+    floor = d(H1, H2) / sqrt(2)          (agreement: 1 - (1 - agreement(H1, H2)) / sqrt(2)),
+
+averaged over every split of the chains into two halves (35 for 8 chains: one split's distance varies by tens of
+percent from one set of chains to another, their mean by a few). For regression a half is its chains' own columns of
+the reference (column j comes from chain floor(j C / 1000)): half the chains and half the draws of y, so every source
+of noise halves, as the rule needs. The rule is checked two ways: by simulation where exact sampling is possible
+(``benchmarks/floor_simulation.py``, asserted by ``tests/reference/test_evidence.py``: the estimate against the mean
+distance of independent exact runs), and here by splitting the chains into K = 2, 4 and 8 consecutive parts
+(:func:`parts_check`): K parts of M / K draws are sqrt(2K / 2) times as far apart as A is from R, so the mean distance
+of the parts' pairs / sqrt(K) estimates the same floor for every K if the scaling holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench import metrics
+from bench.errors import ReferenceMismatch
+from bench.io import npz_bytes
+from bench.tasks import Task
+from reference import diagnostics
+
+POINTS_PER_TASK = {"classification": 64, "regression": 32}
+"""How many test points' per-draw predictive the evidence keeps (the files stay a megabyte or two: every point of
+every draw of the CNN-LSTM would be 276 MB)."""
+PARTS = (2, 4, 8)
+"""The splits of the chains :func:`parts_check` compares."""
+TRACE_NAMES = ("log posterior", "test log-likelihood")
+ARRAYS = ("points", "point_draws", "traces", "accept_prob", "leapfrog_steps", "step_size")
+"""What every evidence file holds; a classification reference's also holds ``chain_average``."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The arrays of an evidence file (shapes in the module's docstring); ``chain_average`` is None for regression."""
+
+    points: np.ndarray
+    point_draws: np.ndarray
+    traces: np.ndarray
+    accept_prob: np.ndarray
+    leapfrog_steps: np.ndarray
+    step_size: np.ndarray
+    chain_average: np.ndarray | None = None
+
+    @property
+    def chains(self) -> int:
+        return int(self.point_draws.shape[0])
+
+    @property
+    def draws_per_chain(self) -> int:
+        return int(self.point_draws.shape[1])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {name: getattr(self, name) for name in ARRAYS}
+        if self.chain_average is not None:
+            out["chain_average"] = self.chain_average
+        return out
+
+    def to_bytes(self) -> bytes:
+        return npz_bytes(**self.arrays())
+
+
+def evidence_points(task: Task) -> np.ndarray:
+    """The test points whose per-draw predictive the evidence keeps: :data:`POINTS_PER_TASK` spread evenly over each
+    test block (the same number from each), or over the whole test set; point i of a range of n rows is its row
+    ``floor((i + 1/2) n / m)`` of m."""
+    blocks = [(b.start, b.stop) for b in task.test_blocks] or [(0, task.n_test)]
+    per_block = POINTS_PER_TASK[task.kind] // len(blocks)
+    rows = [start + np.floor((np.arange(per_block) + 0.5) * (stop - start) / per_block).astype(np.int64)
+            for start, stop in blocks]
+    return np.concatenate(rows)
+
+
+def point_quantities(task: Task, draws: np.ndarray, reference: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """``point_draws`` from function-space draws ``(C, S, N, K)`` (probabilities) or ``(C, S, N, 2)`` (mean, std):
+    the probability of the reference's predicted class at each point (``reference`` its probabilities ``(N, K)``), or
+    the mean and std there."""
+    if task.kind == "classification":
+        predicted = reference[points].argmax(axis=1)
+        return draws[:, :, points, predicted][..., None].astype(np.float32)
+    return draws[:, :, points, :].astype(np.float32)
+
+
+def load(path: Path, advice: str) -> Evidence:
+    """The evidence file at ``path``; one :class:`ReferenceMismatch` line if it cannot be read or lacks an array."""
+    try:
+        with np.load(path, allow_pickle=False) as loaded:
+            arrays = {name: loaded[name] for name in loaded.files}
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        raise ReferenceMismatch(f"reference evidence damaged: {path} cannot be read ({type(error).__name__}); "
+                                f"{advice}") from None
+    missing = [name for name in ARRAYS if name not in arrays]
+    if missing:
+        raise ReferenceMismatch(f"reference evidence damaged: {path} lacks {', '.join(missing)}; {advice}")
+    evidence = Evidence(**{name: arrays[name] for name in ARRAYS}, chain_average=arrays.get("chain_average"))
+    draws = evidence.point_draws
+    if draws.ndim != 4 or evidence.traces.shape != (*draws.shape[:2], len(TRACE_NAMES)) \
+            or evidence.points.shape != (draws.shape[2],) or evidence.accept_prob.ndim != 2 \
+            or evidence.accept_prob.shape[0] != draws.shape[0] or evidence.leapfrog_steps.ndim != 2 \
+            or evidence.leapfrog_steps.shape[0] != draws.shape[0] \
+            or not draws.shape[1] <= evidence.leapfrog_steps.shape[1] <= evidence.accept_prob.shape[1] \
+            or evidence.step_size.shape != (draws.shape[0],) \
+            or not all(np.isfinite(a).all() for a in (draws, evidence.traces, evidence.accept_prob)):
+        raise ReferenceMismatch(f"reference evidence damaged: {path} holds arrays of inconsistent shapes or non-finite "
+                                f"values; {advice}")
+    return evidence
+
+
+def _parts(task: Task, reference: np.ndarray, evidence: Evidence, k: int) -> list[np.ndarray]:
+    """The reference split into ``k`` predictives of disjoint, consecutive groups of chains."""
+    if task.kind == "classification":
+        grouped = evidence.chain_average.astype(np.float64).reshape(k, -1, *evidence.chain_average.shape[1:])
+        return list(grouped.mean(axis=1))
+    return np.split(reference, k, axis=1)
+
+
+def _distances(task: Task, a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """The primary distances between two predictives, as metrics that are 0 for equal ones: total variation and
+    disagreement (1 - agreement), or W1 and W2."""
+    if task.kind == "classification":
+        return {"total_variation": metrics.total_variation(a, b), "disagreement": 1.0 - metrics.agreement(a, b)}
+    return {"w1": metrics.w1_distance(a, b), "w2": metrics.w2_distance(a, b)}
+
+
+def _as_metrics(task: Task, distances: dict[str, float]) -> dict[str, float]:
+    """Distances back to the board's metrics: agreement = 1 - disagreement; competition_w = -W1 (the competition's
+    score is minus the mean W1 of 1000 draws a side)."""
+    if task.kind == "classification":
+        return {"agreement": 1.0 - distances["disagreement"], "total_variation": distances["total_variation"]}
+    return {"w1": distances["w1"], "w2": distances["w2"], "competition_w": -distances["w1"]}
+
+
+def halves(chains: int) -> list[tuple[list[int], list[int]]]:
+    """Every split of ``chains`` chains into two halves, each once (the half holding chain 0 first): 35 for 8."""
+    return [(list(first), [c for c in range(chains) if c not in first])
+            for first in itertools.combinations(range(chains), chains // 2) if 0 in first]
+
+
+def _half(task: Task, reference: np.ndarray, evidence: Evidence, chains: list[int]) -> np.ndarray:
+    """The predictive of the reference's chains ``chains`` alone: their average (classification) or their columns."""
+    if task.kind == "classification":
+        return evidence.chain_average[chains].astype(np.float64).mean(axis=0)
+    columns = np.split(reference, evidence.chains, axis=1)
+    return np.concatenate([columns[c] for c in chains], axis=1)
+
+
+def noise_floor(task: Task, reference: np.ndarray, evidence: Evidence) -> dict[str, dict[str, float]]:
+    """Per block (``all`` first, then the task's test blocks): the metrics an independent, exact run of the reference's
+    sampler is expected to score against the reference, d(H1, H2) / sqrt(2) averaged over every split of the chains
+    into halves (:func:`halves`; the module's docstring)."""
+    blocks = [("all", slice(None))] + [(b.name, slice(b.start, b.stop)) for b in task.test_blocks]
+    sums: dict[str, dict[str, float]] = {name: {} for name, _ in blocks}
+    splits = halves(evidence.chains)
+    for first, second in splits:
+        a, b = _half(task, reference, evidence, first), _half(task, reference, evidence, second)
+        for name, rows in blocks:
+            for metric, value in _distances(task, a[rows], b[rows]).items():
+                sums[name][metric] = sums[name].get(metric, 0.0) + value
+    return {name: _as_metrics(task, {metric: total / len(splits) / math.sqrt(2) for metric, total in found.items()})
+            for name, found in sums.items()}
+
+
+def parts_check(task: Task, reference: np.ndarray, evidence: Evidence) -> dict[str, dict[str, float]]:
+    """For each K of :data:`PARTS` that divides the chains: the floor's distances on the whole test set estimated
+    from K parts, the mean over the parts' pairs / sqrt(K). Equal for every K where the floor's scaling holds."""
+    out = {}
+    for k in PARTS:
+        if evidence.chains % k or (task.kind == "regression" and reference.shape[1] % k):
+            continue
+        parts = _parts(task, reference, evidence, k)
+        pairs = [_distances(task, parts[i], parts[j]) for i in range(k) for j in range(i + 1, k)]
+        out[str(k)] = {metric: float(np.mean([p[metric] for p in pairs])) / math.sqrt(k) for metric in pairs[0]}
+    return out
+
+
+def quantity_names(task: Task, evidence: Evidence) -> list[str]:
+    """A name for every diagnosed quantity, in the order :func:`summarise` flattens them."""
+    what = ["p(reference's class)"] if task.kind == "classification" else ["predictive mean", "predictive std"]
+    return [f"{name}, test point {int(point)}" for point in evidence.points for name in what] + list(TRACE_NAMES)
+
+
+def summarise(task: Task, reference: np.ndarray, evidence: Evidence) -> dict:
+    """Every figure of a reference's metadata that the evidence decides: diagnostics, acceptance, trajectory
+    steps, step sizes, the noise floor and its check by parts. ``reference diagnose`` compares them with the
+    ``.json``; generation writes them there."""
+    chains, draws = evidence.chains, evidence.draws_per_chain
+    quantities = np.concatenate([evidence.point_draws.reshape(chains, draws, -1).astype(np.float64),
+                                 evidence.traces], axis=2)
+    names = quantity_names(task, evidence)
+    rhat = diagnostics.split_rhat(quantities)
+    bulk = diagnostics.bulk_ess(quantities)
+    tail = diagnostics.tail_ess(quantities)
+    kept = evidence.leapfrog_steps.shape[1]
+    burnin = evidence.accept_prob[:, :evidence.accept_prob.shape[1] - kept]
+    kept_accept = evidence.accept_prob[:, evidence.accept_prob.shape[1] - kept:]
+    return {
+        "diagnostics": {
+            "quantities": (f"{len(evidence.points)} stated test points' "
+                           + ("probability of the reference's class" if task.kind == "classification"
+                              else "predictive mean and std") + ", the log posterior and the test log-likelihood"),
+            "n_quantities": len(names),
+            "max_split_rhat": float(rhat.max()), "max_split_rhat_at": names[int(rhat.argmax())],
+            "min_bulk_ess": float(bulk.min()), "min_bulk_ess_at": names[int(bulk.argmin())],
+            "median_bulk_ess": float(np.median(bulk)),
+            "min_tail_ess": float(tail.min()), "min_tail_ess_at": names[int(tail.argmin())],
+        },
+        "acceptance_rate": float(kept_accept.mean()),
+        "acceptance_rate_per_chain": kept_accept.mean(axis=1).tolist(),
+        "burnin_acceptance_rate": float(burnin.mean()) if burnin.size else None,
+        "leapfrog_steps": evidence.leapfrog_steps.mean(axis=1).tolist(),
+        "step_sizes": evidence.step_size.tolist(),
+        "kept_samples_per_chain": draws,
+        "kept_samples_total": chains * draws,
+        "noise_floor": noise_floor(task, reference, evidence),
+        "noise_floor_by_parts": parts_check(task, reference, evidence),
+    }
+
+
+def consistent_with(task: Task, reference: np.ndarray, evidence: Evidence, seed: int) -> str | None:
+    """Why ``evidence`` cannot be the evidence of this reference (None if it can), checked exactly where the reference
+    is a function of it: the stated test points; a classification reference is the mean of the chains' averages, and
+    each chain's average at a stated point the mean of its draws there (both to float32 round-off); a regression
+    reference's draws of y at the stated points are the ones its generation drew (``seed`` the reference's) from the
+    evidence's predictive means and standard deviations."""
+    if not np.array_equal(evidence.points, evidence_points(task)):
+        return "its test points are not the ones the evidence states for this task"
+    if task.kind == "classification":
+        if evidence.chain_average is None or evidence.chain_average.shape != (evidence.chains, *reference.shape):
+            return "it holds no predictive average of each of its chains over the reference's test points"
+        gap = float(np.abs(evidence.chain_average.astype(np.float64).mean(axis=0) - reference).max())
+        if gap > 1e-6:
+            return f"the mean of its chains' averages differs from the reference by up to {gap:.2g}"
+        classes = reference[evidence.points].argmax(axis=1)
+        from_draws = evidence.point_draws[..., 0].astype(np.float64).mean(axis=1)
+        from_averages = evidence.chain_average[:, evidence.points, classes].astype(np.float64)
+        gap = float(np.abs(from_draws - from_averages).max())
+        if gap > 1e-5:
+            return f"its draws at the stated points do not average to its chains' averages (by up to {gap:.2g})"
+        return None
+    if reference.shape[1] % evidence.chains:
+        return f"the reference's {reference.shape[1]} draws of y do not split into its {evidence.chains} chains"
+    flat = evidence.point_draws.astype(np.float64).reshape(-1, *evidence.point_draws.shape[2:])  # (C S, P, 2)
+    n = reference.shape[1]
+    chosen = np.floor(np.arange(n) * len(flat) / n).astype(int)
+    noise = np.random.default_rng(np.random.SeedSequence([seed, 1])).standard_normal((n, task.n_test))
+    drawn = (flat[chosen, :, 0] + flat[chosen, :, 1] * noise[:, evidence.points]).T
+    gap = float(np.abs(drawn - reference[evidence.points]).max())
+    if gap > 1e-9 * max(1.0, float(np.abs(reference).max())):
+        return f"the reference's draws of y at the stated points are not the ones its predictive gives (by up to {gap:.2g})"
+    return None
+
+
+def gold_standard(task: Task, summary: dict) -> dict[str, dict]:
+    """The reference's diagnostics against :data:`reference.settings.GOLD_STANDARD`: per criterion its value, its
+    limit and whether it is met."""
+    from reference.settings import GOLD_STANDARD
+
+    found = summary["diagnostics"]
+    chains = len(summary["acceptance_rate_per_chain"])
+    least_ess = GOLD_STANDARD["min_ess_per_chain"] * chains
+    return {
+        "max_split_rhat": {"value": found["max_split_rhat"], "limit": f"< {GOLD_STANDARD['max_split_rhat']}",
+                           "met": found["max_split_rhat"] < GOLD_STANDARD["max_split_rhat"]},
+        "min_bulk_ess": {"value": found["min_bulk_ess"], "limit": f">= {least_ess}",
+                         "met": found["min_bulk_ess"] >= least_ess},
+        "min_tail_ess": {"value": found["min_tail_ess"], "limit": f">= {least_ess}",
+                         "met": found["min_tail_ess"] >= least_ess},
+    }
+
+
+RELATIVE_TOLERANCE = 1e-9
+"""How far a recomputed figure may be from the stored one: the same arithmetic on the same arrays, up to the last
+bits a different CPU's vector instructions may change in a sum."""
+
+
+def differences(stored, recomputed, where: str = "") -> list[str]:
+    """Every place where ``recomputed`` (a summary, or part of one) differs from ``stored``, as ``where: stored ->
+    recomputed`` lines; numbers compare to :data:`RELATIVE_TOLERANCE`."""
+    if isinstance(recomputed, dict):
+        if not isinstance(stored, dict):
+            return [f"{where}: stored {stored!r}, recomputed a table"]
+        return [line for key, value in recomputed.items()
+                for line in differences(stored.get(key), value, f"{where}.{key}" if where else key)]
+    if isinstance(recomputed, list):
+        if not isinstance(stored, list) or len(stored) != len(recomputed):
+            return [f"{where}: stored {stored!r}, recomputed {len(recomputed)} values"]
+        return [line for i, (a, b) in enumerate(zip(stored, recomputed)) for line in differences(a, b, f"{where}[{i}]")]
+    if isinstance(recomputed, float) and isinstance(stored, (int, float)) and not isinstance(stored, bool):
+        same = math.isclose(stored, recomputed, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-15)
+    else:
+        same = stored == recomputed
+    return [] if same else [f"{where}: stored {stored!r}, recomputed {recomputed!r}"]

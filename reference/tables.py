@@ -1,0 +1,95 @@
+"""The tables docs/references.md shows of the shipped references, written from their metadata
+(``python -m bench.docblocks --write``), whose every figure ``python -m bench reference diagnose`` recomputes from the
+references' evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.tasks import get_task
+from reference.settings import GOLD_STANDARD, REFERENCE_SETTINGS
+from reference.store import load_reference
+
+PRIMARY = {"classification": ("agreement", "total_variation"), "regression": ("w1", "w2")}
+NAMES = {"agreement": "agreement", "total_variation": "TV", "w1": "W1", "w2": "W2"}
+
+
+def _met(value: float, ok: bool) -> str:
+    return f"{value} ✓" if ok else f"**{value}** ✗"
+
+
+def references_table() -> str:
+    """Per shipped reference: its size, acceptance, worst diagnostics (against the gold standard, ✓ met, ✗ short),
+    noise floor and sampling time."""
+    least = GOLD_STANDARD["min_ess_per_chain"]
+    lines = [f"| task | chains x kept draws | acceptance | worst split R-hat (< {GOLD_STANDARD['max_split_rhat']}) | "
+             f"min bulk ESS (>= {least} per chain) | min tail ESS (>= {least} per chain) | noise floor | "
+             "sampling | worst split R-hat, every test point (at generation, not recomputable) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in REFERENCE_SETTINGS:
+        task = get_task(name)
+        meta = load_reference(task).metadata
+        found, chains = meta["diagnostics"], meta["hmc"]["n_chains"]
+        floor = ", ".join(f"{NAMES[m]} {meta['noise_floor']['all'][m]:.4f}" for m in PRIMARY[task.kind])
+        seconds = meta["compute_seconds"]
+        sampling = f"{seconds:.0f} s" if meta["hmc"]["vectorise"] else f"{seconds:.0f} s, summed over chains"
+        rhat, bulk, tail = found["max_split_rhat"], found["min_bulk_ess"], found["min_tail_ess"]
+        lines.append(
+            f"| `{name}` | {chains} x {meta['kept_samples_per_chain']} | {meta['acceptance_rate']:.3f} | "
+            f"{_met(f'{rhat:.4f}', rhat < GOLD_STANDARD['max_split_rhat'])} | "
+            f"{_met(f'{bulk:.0f}', bulk >= least * chains)} | {_met(f'{tail:.0f}', tail >= least * chains)} | "
+            f"{floor} | {sampling} | {_generation_rhat(meta)} |")
+    worst = [f"`{name}`: {load_reference(get_task(name)).metadata['diagnostics']['max_split_rhat_at']}"
+             for name in REFERENCE_SETTINGS]
+    return "\n".join(lines) + "\n\nWhere the worst split R-hat is: " + "; ".join(worst) + ".\n"
+
+
+def _generation_rhat(meta: dict) -> str:
+    check = meta.get("generation_check")
+    return "n/a (generated before it was recorded)" if check is None else f"{check['max_split_rhat']:.4f}"
+
+
+def floor_parts_table() -> str:
+    """Per shipped reference and primary metric: the noise floor, and the same floor estimated from the chains split
+    into 2, 4 and 8 parts (equal where the floor's scaling with the number of draws holds)."""
+    lines = ["| task | metric | noise floor | from 2 parts | from 4 parts | from 8 parts |", "|---|---|---|---|---|---|"]
+    for name in REFERENCE_SETTINGS:
+        task = get_task(name)
+        meta = load_reference(task).metadata
+        parts = meta["noise_floor_by_parts"]
+        for metric in PRIMARY[task.kind]:
+            distance = "disagreement" if metric == "agreement" else metric
+            shown = (lambda v: f"{1 - v:.4f}") if metric == "agreement" else (lambda v: f"{v:.4f}")
+            lines.append(f"| `{name}` | {NAMES[metric]} | {meta['noise_floor']['all'][metric]:.4f} | "
+                         + " | ".join(shown(parts[k][distance]) if k in parts else "" for k in ("2", "4", "8")) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def nuts_table(folder: Path) -> str:
+    """Per finished NUTS cross-check in ``folder`` (``nuts-<task>.json``, :mod:`benchmarks.nuts_crosscheck`), per test
+    block: NUTS's distance to our reference, both floors, the distance expected of two samplers of one posterior and
+    their ratio; then NUTS's own diagnostics. A check made against another reference than the installed one is named
+    as such."""
+    lines = []
+    for name in REFERENCE_SETTINGS:
+        path = folder / f"nuts-{name}.json"
+        if not path.exists():
+            lines.append(f"- `{name}`: not finished (no `{path.name}`).")
+            continue
+        result = json.loads(path.read_text())
+        current = load_reference(get_task(name)).sha256 == result["reference_sha256"]
+        distance, settings = result["distance"], result["settings"]
+        lines += [f"`{name}` ({settings['chains']} chains of {settings['warmup']} + {settings['samples']} iterations; "
+                  f"NUTS's worst split R-hat {result['nuts_max_split_rhat']:.3f}, smallest bulk ESS "
+                  f"{result['nuts_min_bulk_ess']:.0f}, tail ESS {result['nuts_min_tail_ess']:.0f}; "
+                  f"{sum(c['seconds'] for c in result['chains']) / 3600:.1f} h of sampling"
+                  + ("" if current else "; made against an earlier reference") + "):", "",
+                  f"| block | NUTS vs ours ({NAMES[distance]}) | our floor | NUTS floor | expected if one posterior | "
+                  "ratio |", "|---|---|---|---|---|---|"]
+        for block, row in result["blocks"].items():
+            lines.append(f"| {block} | {row['nuts_vs_reference'][distance]:.4f} | "
+                         f"{row['reference_noise_floor'][distance]:.4f} | {row['nuts_noise_floor'][distance]:.4f} | "
+                         f"{row['expected_if_equal']:.4f} | {row['ratio']:.2f} |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
