@@ -11,20 +11,24 @@ of the reference's). A different algorithm, implementation and initialisation: w
 artefact of our sampler.
 
 Reported, on the whole test set and on each test block: the metrics of the NUTS predictive against our
-reference (agreement and total variation, or W1/W2 for regression), next to our reference's noise floor (its two
-halves of chains against each other) and to NUTS's own (its two halves of chains), and what the two floors
-predict for two unbiased estimates of one predictive, 1/2 sqrt(floor_ours^2 + floor_NUTS^2) (a distance between
-two Monte Carlo averages grows as the root of the sum of their variances; each floor compares halves, with twice
-the variance of the whole). For regression the NUTS predictive is 20,000 draws of y per test point, so that
-the draws of y add noise to our side only (the reference holds 1000 and each half of its floor 1000 too):
-the expected distance is then at most sqrt(floor_ours^2 / 2 + floor_NUTS^2 / 4). A reference whose distance to NUTS exceeds its own noise floor does not ship.
-Chains run in ``--workers`` processes of one thread each; results go to ``--out`` (JSON) with the per-chain NUTS
-diagnostics and timings. Each finished chain's kept positions are saved beside it (``<out>.chains/chain-<c>.npz``,
-written atomically; the predictive is computed from them, so a chain of the CNN-LSTM is 5 MB rather than the 29 MB of
-its test-set probabilities) and a rerun with the same arguments reuses it; a running chain saves its whole NUTS state every
-``CHECKPOINT_SECONDS`` (``chain-<c>.partial.npz``) and a rerun continues it from there, so a long check can span
-several sittings. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel gives bitwise the draws of
-``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling) iteration and rerun gives them too.
+reference (agreement and total variation, or W1/W2 for regression), next to our reference's noise floor and NUTS's
+own, both by the same rule (the distance an independent, exact run of the same sampler is expected to score against
+its estimate, d(halves) / sqrt 2: :mod:`reference.evidence`), and what they predict for two samplers of one posterior,
+sqrt((floor_ours^2 + floor_NUTS^2) / 2): each floor is sqrt 2 times its estimate's noise, and the noises of
+independent estimates add in square. For regression the NUTS predictive is 20,000 draws of y per test point (its
+floor from halves of 10,000 each), so its own draws of y add almost nothing. The ratio of the distance to that
+expectation is the verdict: about 1 where both sample one posterior.
+
+Nothing a chain computes is lost between sittings or left out of the repository. Each chain keeps, as it samples,
+the same per-draw quantities as a reference's evidence (:class:`ChainSummary`: the predictive at the evidence's
+stated test points, the log posterior and test log-likelihood, and the test set's predictive average or, for
+regression, every draw's predictive mean and std), never its positions. A finished chain's file
+(``benchmarks/results/nuts-<task>/chain-<c>.npz``) is reused by a rerun with the same arguments; a running chain saves
+its whole NUTS state and what it has kept every ``CHECKPOINT_SECONDS`` (``chain-<c>.partial.npz``), and a rerun
+continues it from there, so a check spans sittings when its files are committed. ``--verdict-only`` recomputes the
+results JSON from the finished chains' files alone. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel
+gives bitwise the draws of ``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling) iteration
+and rerun gives them too.
 """
 
 from __future__ import annotations
@@ -81,13 +85,12 @@ def _read_saved(path: Path, identity: dict) -> tuple[dict, dict] | None:
         return None
 
 
-def _save_partial(path: Path, identity: dict, leaves: list, kept: list, fields: dict, seconds: float) -> None:
+def _save_partial(path: Path, identity: dict, leaves: list, kept: dict, seconds: float) -> None:
     """A running chain's NUTS state (every leaf of NumPyro's ``HMCState``, its adaptation and its random key
-    included), the draws kept so far and the seconds sampled."""
-    _write_saved(path, {"identity": identity, "seconds": seconds, "leaves": len(leaves)},
-                 {"kept": np.asarray(kept).reshape(len(kept), -1) if kept else np.zeros((0, 0)),
-                  **{f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)},
-                  **{f"field_{name}": np.asarray(values) for name, values in fields.items()}})
+    included), what it has kept so far (:class:`ChainSummary`'s arrays) and the seconds sampled."""
+    _write_saved(path, {"identity": identity, "seconds": seconds, "leaves": len(leaves), "kept": sorted(kept)},
+                 {**{f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)},
+                  **{f"kept_{name}": np.asarray(values) for name, values in kept.items()}})
 
 
 def _load_partial(path: Path, identity: dict) -> dict | None:
@@ -96,15 +99,78 @@ def _load_partial(path: Path, identity: dict) -> dict | None:
     if saved is None:
         return None
     meta, arrays = saved
-    return {"seconds": meta["seconds"], "kept": list(arrays["kept"]),
-            "leaves": [arrays[f"leaf_{i}"] for i in range(meta["leaves"])],
-            "fields": {name[len("field_"):]: list(values) for name, values in arrays.items()
-                       if name.startswith("field_")}}
+    return {"seconds": meta["seconds"], "leaves": [arrays[f"leaf_{i}"] for i in range(meta["leaves"])],
+            "kept": {name: arrays[f"kept_{name}"] for name in meta["kept"]}}
+
+
+class ChainSummary:
+    """What a chain keeps of each kept draw, computed as it samples (positions are not kept: the CNN-LSTM's would be
+    5 MB a chain), the same quantities as a reference's evidence (:mod:`reference.evidence`):
+
+    - ``point_draws`` ``(S, P, q)`` float32: at the evidence's stated test points, the probability of the class our
+      reference predicts (q = 1) or the predictive mean and std (q = 2);
+    - ``traces`` ``(S, 2)`` float64: the log posterior (minus NumPyro's potential energy) and the test log-likelihood;
+    - ``probability_sum`` ``(N, K)`` float64 (classification): the sum of the draws' test-set probabilities;
+    - ``mean_std`` ``(S, N, 2)`` float32 (regression): every draw's predictive mean and std on the test set, which
+      the 20,000 draws of y of NUTS's predictive are drawn from;
+    - ``num_steps``, ``accept_prob``, ``diverging`` ``(S,)``: NumPyro's per-iteration diagnostics.
+    """
+
+    def __init__(self, task, reference: np.ndarray, dtype: str, kept: dict | None = None):
+        import jax
+        import jax.numpy as jnp
+
+        import jax_models
+        from reference.evidence import evidence_points
+
+        self.task = task
+        self.points = evidence_points(task)
+        self.classes = reference[self.points].argmax(axis=1) if task.kind == "classification" else None
+        jdtype = jnp.float64 if dtype == "float64" else jnp.float32
+        self.predict = jax.jit(jax_models.predict_fn(task, jdtype))
+        self.x_test = jnp.asarray(task.x_test.numpy(), jdtype)
+        self.y_test = task.y_test.numpy()
+        self.kept = {name: list(values) for name, values in (kept or {}).items() if name != "probability_sum"}
+        for name in ("point_draws", "traces", "num_steps", "accept_prob", "diverging"):
+            self.kept.setdefault(name, [])
+        self.probability_sum = (kept or {}).get("probability_sum")
+        if task.kind == "regression":
+            self.kept.setdefault("mean_std", [])
+
+    def add(self, state) -> None:
+        """The draw of ``state`` (a NumPyro ``HMCState`` after a kept transition)."""
+        import jax.numpy as jnp
+
+        outputs = np.asarray(self.predict(jnp.asarray(state.z), self.x_test), dtype=np.float64)
+        rows = np.arange(len(self.y_test))
+        if self.task.kind == "classification":
+            log_probs = outputs - outputs.max(-1, keepdims=True)
+            log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+            probs = np.exp(log_probs)
+            self.probability_sum = probs if self.probability_sum is None else self.probability_sum + probs
+            self.kept["point_draws"].append(probs[self.points, self.classes][:, None].astype(np.float32))
+            test_log_likelihood = log_probs[rows, self.y_test.astype(int)].sum()
+        else:
+            mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
+            mean_std = np.stack([mean, std], axis=-1)
+            self.kept["mean_std"].append(mean_std.astype(np.float32))
+            self.kept["point_draws"].append(mean_std[self.points].astype(np.float32))
+            test_log_likelihood = (-0.5 * ((self.y_test - mean) / std) ** 2 - np.log(std)
+                                   - 0.5 * np.log(2 * np.pi)).sum()
+        self.kept["traces"].append(np.array([-float(state.potential_energy), test_log_likelihood]))
+        for name in ("num_steps", "accept_prob", "diverging"):
+            self.kept[name].append(np.asarray(getattr(state, name)))
+
+    def arrays(self) -> dict:
+        out = {name: np.asarray(values) for name, values in self.kept.items()}
+        if self.probability_sum is not None:
+            out["probability_sum"] = self.probability_sum
+        return out
 
 
 def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, dtype: str,
               folder: Path, identity: dict) -> dict:
-    """One NUTS chain: its kept positions ``(S, D)`` and its diagnostics.
+    """One NUTS chain: its :class:`ChainSummary` arrays and its diagnostics.
 
     The chain is NumPyro's NUTS kernel stepped one iteration at a time (``kernel.init`` then ``kernel.sample``,
     what ``MCMC.run`` does inside one compiled loop), so that every ``CHECKPOINT_SECONDS`` its whole state can be
@@ -121,6 +187,7 @@ def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, 
     import jax_models
     from bench.functional import StackedModel, seeded_module
     from bench.tasks import get_task
+    from reference.store import load_reference
 
     torch.set_num_threads(1)
     task = get_task(task_name)
@@ -138,54 +205,31 @@ def run_chain(task_name: str, chain: int, seed: int, warmup: int, samples: int, 
     structure = jax.tree_util.tree_structure(state)
     path = _partial_path(folder, chain)
     resumed = _load_partial(path, identity)
-    kept, fields, seconds = [], {"num_steps": [], "accept_prob": [], "diverging": []}, 0.0
+    seconds = 0.0
+    reference = load_reference(task).array
+    summary = ChainSummary(task, reference, dtype)
     if resumed is not None:
         state = jax.tree_util.tree_unflatten(structure, [jnp.asarray(leaf) for leaf in resumed["leaves"]])
-        kept, seconds = resumed["kept"], resumed["seconds"]
-        fields.update(resumed["fields"])
+        summary = ChainSummary(task, reference, dtype, resumed["kept"])
+        seconds = resumed["seconds"]
     step = jax.jit(lambda current: kernel.sample(current, (), {}))
     started = last_save = time.perf_counter()
     while int(state.i) < warmup + samples:
         state = step(state)
         if int(state.i) > warmup:  # state i is the i-th transition; MCMC.run keeps W+1 .. W+S
-            kept.append(np.asarray(state.z))
-            for name in fields:
-                fields[name].append(np.asarray(getattr(state, name)))
+            summary.add(state)
         if time.perf_counter() - last_save > CHECKPOINT_SECONDS:
             last_save = time.perf_counter()
-            _save_partial(path, identity, jax.tree_util.tree_leaves(state), kept, fields,
+            _save_partial(path, identity, jax.tree_util.tree_leaves(state), summary.arrays(),
                           seconds + last_save - started)
     seconds += time.perf_counter() - started
-    return {"chain": chain, "positions": np.stack(kept), "seconds": seconds,
-            "sampling_gradients": int(np.sum(fields["num_steps"])),
-            "mean_accept_prob": float(np.mean(fields["accept_prob"])),
-            "divergences": int(np.sum(fields["diverging"])),
-            "mean_tree_steps": float(np.mean(fields["num_steps"])),
+    kept = summary.arrays()
+    return {"chain": chain, "arrays": kept, "seconds": seconds,
+            "sampling_gradients": int(np.sum(kept["num_steps"])),
+            "mean_accept_prob": float(np.mean(kept["accept_prob"])),
+            "divergences": int(np.sum(kept["diverging"])),
+            "mean_tree_steps": float(np.mean(kept["num_steps"])),
             "step_size": float(state.adapt_state.step_size)}
-
-
-def chain_predictor(task, dtype: str):
-    """A function from one chain's kept positions ``(S, D)`` to their test-set predictions: class probabilities
-    ``(S, N_test, K)`` or the predictive mean and standard deviation ``(S, N_test, 2)``, float32. Built (and its
-    network jit-compiled) once, for every chain."""
-    import jax
-    import jax.numpy as jnp
-
-    import jax_models
-
-    jdtype = jnp.float64 if dtype == "float64" else jnp.float32
-    predict = jax.jit(jax_models.predict_fn(task, jdtype))
-    x_test = jnp.asarray(task.x_test.numpy(), jdtype)
-
-    def chain_predictions(positions: np.ndarray) -> np.ndarray:
-        outputs = np.stack([np.asarray(predict(jnp.asarray(theta), x_test), dtype=np.float64) for theta in positions])
-        if task.kind == "classification":
-            outputs = np.exp(outputs - outputs.max(-1, keepdims=True))
-            return (outputs / outputs.sum(-1, keepdims=True)).astype(np.float32)
-        mean, std = outputs[..., 0], np.logaddexp(0.0, outputs[..., 1])
-        return np.stack([mean, std], axis=-1).astype(np.float32)
-
-    return chain_predictions
 
 
 REGRESSION_DRAWS = 20_000
@@ -194,23 +238,76 @@ comparison's noise is the reference's own."""
 
 
 def _save_chain(folder: Path, chain: dict, identity: dict) -> None:
-    """One finished chain's kept positions and diagnostics, with the arguments that produced it."""
-    meta = {k: v for k, v in chain.items() if k != "positions"}
-    _write_saved(folder / f"chain-{chain['chain']}.npz", {"identity": identity, "chain": meta},
-                 {"positions": chain["positions"]})
+    """One finished chain's summary arrays and diagnostics, with the arguments that produced it."""
+    meta = {k: v for k, v in chain.items() if k != "arrays"}
+    _write_saved(folder / f"chain-{chain['chain']}.npz", {"identity": identity, "chain": meta}, chain["arrays"])
 
 
 def _saved_chain(folder: Path, index: int, identity: dict) -> dict | None:
     """Chain ``index`` as saved by an earlier run with the same arguments, else None (a run with other
     arguments, or a damaged file, is sampled again)."""
     saved = _read_saved(folder / f"chain-{index}.npz", identity)
-    if saved is None or "positions" not in saved[1]:  # not this script's, or an earlier version's, which kept none
+    if saved is None or "traces" not in saved[1]:  # not this script's, or an earlier version's, which kept positions
         return None
-    return {**saved[0]["chain"], "positions": saved[1]["positions"]}
+    return {**saved[0]["chain"], "arrays": saved[1]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def verdict(task, reference, chains: list[dict], seed: int) -> dict:
+    """The cross-check's result from the chains' summaries: per block, NUTS's predictive against our reference, our
+    noise floor, NUTS's own (its halves of chains, the same rule as ours: :func:`reference.evidence.noise_floor`) and
+    the distance two samplers of one posterior are expected to be apart, sqrt((floor_ours^2 + floor_NUTS^2) / 2)
+    (each floor is sqrt 2 times the noise of its sampler's estimate, and the noises of independent estimates add in
+    square); the ratio of the distance to that, and NUTS's own diagnostics."""
+    from bench import metrics
+    from reference import diagnostics, evidence
+    from reference.generate import predictive_samples
+
+    n_chains = len(chains)
+    if task.kind == "classification":
+        averages = np.stack([c["arrays"]["probability_sum"] / len(c["arrays"]["traces"]) for c in chains])
+        nuts = averages.mean(axis=0)
+        kept = evidence.Evidence(np.zeros(1), np.zeros((n_chains, 1, 1, 1)), np.zeros((n_chains, 1, 2)),
+                                 np.zeros((n_chains, 1)), np.zeros((n_chains, 1)), np.zeros(n_chains),
+                                 averages.astype(np.float32))
+        score, distance = metrics.classification_metrics, "total_variation"
+    else:
+        nuts = predictive_samples(np.stack([c["arrays"]["mean_std"] for c in chains]), np.random.default_rng(seed),
+                                  REGRESSION_DRAWS)
+        kept = evidence.Evidence(np.zeros(1), np.zeros((n_chains, 1, 1, 2)), np.zeros((n_chains, 1, 2)),
+                                 np.zeros((n_chains, 1)), np.zeros((n_chains, 1)), np.zeros(n_chains))
+        score, distance = metrics.regression_metrics, "w1"
+    nuts_floor = evidence.noise_floor(task, nuts, kept)
+    blocks = {"all": slice(None), **{b.name: slice(b.start, b.stop) for b in task.test_blocks}}
+    rows = {}
+    for name, rows_of in blocks.items():
+        against = score(nuts[rows_of], reference.array[rows_of])
+        ours, theirs = reference.noise_floor[name][distance], nuts_floor[name][distance]
+        expected = float(np.sqrt((ours**2 + theirs**2) / 2))
+        rows[name] = {"nuts_vs_reference": against, "reference_noise_floor": reference.noise_floor[name],
+                      "nuts_noise_floor": nuts_floor[name], "expected_if_equal": expected,
+                      "ratio": against[distance] / expected}
+    quantities = np.concatenate([np.stack([c["arrays"]["point_draws"] for c in chains]).reshape(
+        n_chains, len(chains[0]["arrays"]["traces"]), -1).astype(np.float64),
+        np.stack([c["arrays"]["traces"] for c in chains])], axis=2)
+    return {"task": task.name, "reference_sha256": reference.sha256, "distance": distance, "blocks": rows,
+            "nuts_max_split_rhat": float(diagnostics.split_rhat(quantities).max()),
+            "nuts_min_bulk_ess": float(diagnostics.bulk_ess(quantities).min()),
+            "nuts_min_tail_ess": float(diagnostics.tail_ess(quantities).min()),
+            "chains": [{k: v for k, v in c.items() if k != "arrays"} for c in chains]}
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def results_paths(task_name: str, out: Path | None = None) -> tuple[Path, Path]:
+    """The results JSON (default ``benchmarks/results/nuts-<task>.json``) and the folder of its chains' files beside
+    it (``nuts-<task>/``), both in the repository."""
+    out = out or RESULTS / f"nuts-{task_name}.json"
+    return out, out.with_suffix("")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--task", required=True)
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=500)
@@ -218,8 +315,15 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--seed", type=int, default=2021, help="root of the NUTS chains' seeds (the references use 0)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", type=Path, help="JSON file for the results (default: nuts-<task>.json)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="JSON file for the results (default: benchmarks/results/"
+                                                 "nuts-<task>.json, its chains' files in nuts-<task>/ beside it)")
+    parser.add_argument("--restart", action="store_true",
+                        help="discard chains' files made with other arguments (without it, they are refused: hours of "
+                             "sampling are never overwritten by a mistyped argument)")
+    parser.add_argument("--verdict-only", action="store_true",
+                        help="sample nothing: recompute the results from the chains' files alone (every chain must "
+                             "have finished)")
+    args = parser.parse_args(argv)
     if args.chains < 2 or args.chains % 2:
         parser.error(f"--chains must be even and at least 2 (NUTS's noise floor compares two halves), got {args.chains}")
     if min(args.warmup, args.samples, args.workers) < 1:
@@ -229,31 +333,40 @@ def main() -> None:
     import torch
 
     import jax_models
-    from bench import metrics
     from bench.io import atomic_write_bytes
     from bench.functional import StackedModel, seeded_module
     from bench.tasks import get_task
-    from reference import diagnostics
-    from reference.generate import predictive_samples
     from reference.store import load_reference
 
     torch.set_num_threads(1)
     task = get_task(args.task)
+    if task.kind == "regression" and REGRESSION_DRAWS % args.chains:
+        parser.error(f"--chains must divide the {REGRESSION_DRAWS} draws of y of a regression predictive, got "
+                     f"{args.chains}")
     reference = load_reference(task)
-    probe = StackedModel(task.model_factory()).layout.flatten(
-        StackedModel.stack([seeded_module(task.model_factory, s) for s in (1, 2)])).double()
-    worst = jax_models.check_against_torch(task, probe.numpy())
-    print(f"{task.name}: JAX twin agrees with PyTorch to {worst:.1e} (relative, float64)")
-
-    out = args.out or Path(f"nuts-{task.name}.json")
-    saved = Path(f"{out}.chains")
+    out, saved = results_paths(task.name, args.out)
     saved.mkdir(parents=True, exist_ok=True)
-    identity = {"task": task.name, "fingerprint": task.fingerprint(),
+    identity = {"task": task.name, "fingerprint": task.fingerprint(), "reference_sha256": reference.sha256,
                 **{k: getattr(args, k) for k in ("warmup", "samples", "dtype", "seed")}}
+    foreign = [path.name for path in sorted(saved.glob("chain-*.npz")) if _read_saved(path, identity) is None]
+    if foreign and not args.restart:
+        parser.exit(2, f"error: {saved} holds {', '.join(foreign)}, made with other arguments (or damaged); run with "
+                       "the arguments they were made with, or pass --restart to discard them\n")
+    for name in foreign:
+        (saved / name).unlink()
     chains = [chain for chain in (_saved_chain(saved, c, identity) for c in range(args.chains)) if chain]
     missing = sorted(set(range(args.chains)) - {chain["chain"] for chain in chains})
     if chains:
         print(f"reusing {len(chains)} finished chain(s) from {saved}")
+    if missing and args.verdict_only:
+        parser.exit(1, f"error: chains {missing} of {saved} have not finished; run without --verdict-only to sample "
+                       "them\n")
+    twin = None
+    if missing:
+        probe = StackedModel(task.model_factory()).layout.flatten(
+            StackedModel.stack([seeded_module(task.model_factory, s) for s in (1, 2)])).double()
+        twin = jax_models.check_against_torch(task, probe.numpy())
+        print(f"{task.name}: JAX twin agrees with PyTorch to {twin:.1e} (relative, float64)")
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         futures = [pool.submit(run_chain, task.name, c, args.seed, args.warmup, args.samples, args.dtype,
@@ -267,47 +380,15 @@ def main() -> None:
                   flush=True)
             chains.append(chain)
     chains.sort(key=lambda r: r["chain"])
-    chain_predictions = chain_predictor(task, args.dtype)
-    draws = np.stack([chain_predictions(c["positions"]) for c in chains])  # (C, S, N, K) or (C, S, N, 2)
-    half = args.chains // 2
-    if task.kind == "classification":
-        build = lambda d: d.astype(np.float64).mean(axis=(0, 1))  # noqa: E731
-        score = metrics.classification_metrics
-    else:
-        rng = np.random.default_rng(args.seed)
-        build = lambda d: predictive_samples(d, rng, REGRESSION_DRAWS)  # noqa: E731
-        score = metrics.regression_metrics
-    nuts, halves = build(draws), (build(draws[:half]), build(draws[half:]))
-    blocks = {"all": slice(None), **{b.name: slice(b.start, b.stop) for b in task.test_blocks}}
-    rows = {}
-    for name, rows_of in blocks.items():
-        against = score(nuts[rows_of], reference.array[rows_of])
-        own_floor = score(halves[0][rows_of], halves[1][rows_of])
-        rows[name] = {"nuts_vs_reference": against, "reference_noise_floor": reference.noise_floor[name],
-                      "nuts_noise_floor": own_floor}
-    rhat = diagnostics.split_rhat(draws)
-    result = {
-        "task": task.name, "reference_sha256": reference.sha256, "settings": vars(args) | {"out": str(args.out)},
-        "twin_relative_difference": worst, "blocks": rows,
-        "nuts_max_split_rhat": float(rhat.max()), "nuts_min_bulk_ess": float(diagnostics.bulk_ess(draws).min()),
-        "chains": [{k: v for k, v in c.items() if k != "positions"} for c in chains],
-    }
-    distance = "total_variation" if task.kind == "classification" else "w1"
-    print(f"{'block':<16}{'NUTS vs ours':>14}{'our floor':>12}{'NUTS floor':>12}{'expected':>12}")
-    for name, row in rows.items():
-        ours, theirs = row["reference_noise_floor"][distance], row["nuts_noise_floor"][distance]
-        # Classification: two Monte Carlo averages, each floor of twice the variance of its whole. Regression: the
-        # reference's 1000 draws of y add noise that its halves carry twice and NUTS's many draws hardly at all,
-        # so at most sqrt(ours^2 / 2 + theirs^2 / 4) (all of our floor y-noise) and at least the classification value.
-        row["expected_if_equal"] = (0.5 * float(np.hypot(ours, theirs)) if task.kind == "classification"
-                                    else float(np.sqrt(ours**2 / 2 + theirs**2 / 4)))
-        print(f"{name:<16}{row['nuts_vs_reference'][distance]:>14.4f}{ours:>12.4f}{theirs:>12.4f}"
-              f"{row['expected_if_equal']:>12.4f}")
-    verdict = rows["all"]["nuts_vs_reference"][distance] <= rows["all"]["reference_noise_floor"][distance]
-    result["within_noise_floor"] = bool(verdict)
+    result = {**verdict(task, reference, chains, args.seed),
+              "settings": {k: getattr(args, k) for k in ("chains", "warmup", "samples", "dtype", "seed")}}
+    distance = result["distance"]
+    print(f"{'block':<16}{'NUTS vs ours':>14}{'our floor':>12}{'NUTS floor':>12}{'expected':>12}{'ratio':>8}")
+    for name, row in result["blocks"].items():
+        print(f"{name:<16}{row['nuts_vs_reference'][distance]:>14.4f}{row['reference_noise_floor'][distance]:>12.4f}"
+              f"{row['nuts_noise_floor'][distance]:>12.4f}{row['expected_if_equal']:>12.4f}{row['ratio']:>8.2f}")
     print(f"NUTS: worst split R-hat {result['nuts_max_split_rhat']:.3f}, "
-          f"{sum(c['seconds'] for c in chains):.0f} s of sampling over {args.chains} chains; "
-          f"{distance} to our reference {'within' if verdict else 'BEYOND'} its noise floor")
+          f"{sum(c['seconds'] for c in chains):.0f} s of sampling over {args.chains} chains")
     atomic_write_bytes(out, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
     print(f"wrote {out}")
 

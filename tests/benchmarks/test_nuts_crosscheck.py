@@ -1,0 +1,65 @@
+"""The NUTS cross-checks' results: every committed ``benchmarks/results/nuts-<task>.json`` is what its chains' files
+give (``nuts_crosscheck.py --verdict-only``), and a check's chains are saved and reused as it says."""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.tasks import get_task
+from reference.evidence import differences
+from reference.store import load_reference
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _script():
+    """The script as a module of its folder, as it imports its neighbours (and as worker processes find its chains'
+    function by name)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module("nuts_crosscheck")
+
+
+RESULTS = sorted((BENCHMARKS / "results").glob("nuts-*.json"))
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[p.stem for p in RESULTS])
+def test_every_committed_crosscheck_is_recomputed_from_its_chains(path):
+    script = _script()
+    stored = json.loads(path.read_text())
+    task = get_task(stored["task"])
+    reference = load_reference(task)
+    settings = stored["settings"]
+    identity = {"task": task.name, "fingerprint": task.fingerprint(), "reference_sha256": stored["reference_sha256"],
+                **{k: settings[k] for k in ("warmup", "samples", "dtype", "seed")}}
+    _, folder = script.results_paths(task.name, path)
+    chains = [script._saved_chain(folder, c, identity) for c in range(settings["chains"])]
+    assert all(chains), f"{folder} lacks a finished chain of {path.name}"
+    assert reference.sha256 == stored["reference_sha256"], f"{path.name} was made against another reference"
+    recomputed = json.loads(json.dumps({**script.verdict(task, reference, chains, settings["seed"]),
+                                        "settings": settings}))
+    assert differences(stored, recomputed) == []  # to the last bits another CPU's vector sums may change
+
+
+def test_a_check_keeps_its_chains_recomputes_its_verdict_and_never_overwrites_them(tmp_path, capsys):
+    """toy-gap, 2 chains of 5 + 5 iterations: the chains' files are written and reused, --verdict-only recomputes the
+    results bitwise from them, and a rerun with other arguments is refused rather than resampling over them."""
+    pytest.importorskip("numpyro")
+    script = _script()
+    out = tmp_path / "nuts-toy-gap.json"
+    arguments = ["--task", "toy-gap", "--chains", "2", "--warmup", "5", "--samples", "5", "--workers", "1", "--out",
+                 str(out)]
+    script.main(arguments)
+    first = out.read_bytes()
+    chains = sorted(p.name for p in (tmp_path / "nuts-toy-gap").iterdir())
+    assert chains == ["chain-0.npz", "chain-1.npz"]
+    script.main([*arguments, "--verdict-only"])
+    assert out.read_bytes() == first
+    with pytest.raises(SystemExit) as refused:
+        script.main(["--task", "toy-gap", "--chains", "2", "--warmup", "5", "--samples", "6", "--workers", "1",
+                     "--out", str(out)])
+    assert refused.value.code == 2 and "made with other arguments" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "nuts-toy-gap").iterdir()) == chains
