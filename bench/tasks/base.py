@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -12,10 +13,26 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.errors import ConfigError
 from bench.likelihoods import Likelihood
 
 PREDICTIVE_SAMPLES = 1000
 """Samples of p(y | x) per test point for regression predictives and references (the competition's count)."""
+PROBE_INPUTS = 2
+"""Test inputs the network probe (:attr:`Task.network_probe`) runs the network on."""
+PROBE_DIGITS = 6
+"""Significant digits of the probe's outputs: a changed computation moves them by far more, while float64 round-off
+on another CPU (about 1e-15 relative) moves one across a rounding boundary with a chance of about 1e-9."""
+
+
+def probe_weights(shape: torch.Size, index: int) -> torch.Tensor:
+    """Deterministic float64 values for the ``index``-th parameter tensor of ``shape``: sin(1 + k x 0.754877 + index)
+    over its entries k, scaled by 1 / sqrt(fan-in) (the entries of one output unit; all of a vector), so that deep
+    networks neither vanish nor explode, and independent of any random number generator."""
+    count = int(np.prod(shape)) if len(shape) else 1
+    fan_in = count // shape[0] if len(shape) > 1 else count
+    values = torch.sin(1.0 + torch.arange(count, dtype=torch.float64) * 0.754877 + index)
+    return (values / np.sqrt(max(fan_in, 1))).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,27 @@ class Task:
     def n_test(self) -> int:
         return int(self.x_test.shape[0])
 
+    @functools.cached_property
+    def network_probe(self) -> list[float]:
+        """What the network computes, in the fingerprint beside its description: the outputs of ``model_factory()``, in
+        float64 and evaluation mode, with every parameter set to :func:`probe_weights`, on the first
+        :data:`PROBE_INPUTS` test inputs, rounded to :data:`PROBE_DIGITS` significant digits. A changed layer, activation,
+        pooling or reading axis changes them (and so the fingerprint, and every reference and record made for the
+        task), where its name alone need not change; they do not depend on torch's random initialisation."""
+        try:
+            with torch.random.fork_rng(devices=[]):  # building the network draws its initial weights: not the caller's
+                torch.manual_seed(0)  # and a buffer it draws (a fixed projection, a mask) the same every time
+                model = self.model_factory().double().eval()
+            with torch.no_grad():
+                for index, parameter in enumerate(model.parameters()):
+                    parameter.copy_(probe_weights(parameter.shape, index))
+                inputs = self.x_test[:PROBE_INPUTS].cpu()
+                outputs = model(inputs.double() if inputs.is_floating_point() else inputs)
+        except Exception as error:  # a network of one's own (bench.api.make_task) that cannot run in float64
+            raise ConfigError(f"task {self.name}: its network must run in float64 on its first test inputs, which "
+                              f"its fingerprint records ({type(error).__name__}: {error})") from None
+        return [float(f"{value:.{PROBE_DIGITS}g}") for value in outputs.flatten().tolist()]
+
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.model_factory().parameters())
 
@@ -97,6 +135,7 @@ class Task:
             "n_test": self.n_test,
             "input_shape": list(self.x_train.shape[1:]),
             "architecture": self.architecture,
+            "network_probe": self.network_probe,
             "likelihood": self.likelihood.describe(),
             "prior_variance": self.prior_variance,
             "temperature": self.temperature,

@@ -54,9 +54,6 @@ SUBMISSION_FILES = {"cifar10": "cifar10_probs.csv", "imdb": "imdb_probs.csv", "c
                     "dermamnist": "medmnist_probs.csv", "uci-gap": "uci_samples.csv"}
 """The competition's submission file of each task (in a zip, at its root)."""
 
-OFFICIAL_TEST_ROWS = {"cifar10": 10_000, "imdb": 25_000, "cifar10c": 50_000, "dermamnist": 2_000, "uci-gap": 256}
-"""Test-set sizes of the official files: what a submission for a task must have when its data are not at hand."""
-
 IMDB_VOCABULARY = 20_000
 
 
