@@ -1,7 +1,11 @@
 """Re-execution of a claim: rerun a finished run under the meter and compare it with what it recorded.
 
-``python -m bench verify RUN_DIR`` reads the run's task, method, configuration, budget and
-seed from ``result.json``, trains the method again under a fresh meter, and compares:
+``python -m bench verify RUN_DIR`` first checks every claim of the record that needs no training, with the one
+validator ``submit`` and ``export-submission`` use (:func:`leaderboard.submission.checked_run`: its fields, the
+task's version and fingerprint, the reference's identity, the predictions' sha256 and every metric on the whole test
+set and each block, recomputed), so that a record one refuses, all refuse, with the same line. It then reads the
+run's task, method, configuration, budget and seed from ``result.json``, trains the method again under a fresh
+meter, and compares:
 
 - ``epochs_used`` and ``test_passes``: always exactly (the budget the run claims is the one it used);
 - ``resolved``, the settings the run says it used (automatic ones resolved), where the record has it: exactly;
@@ -15,9 +19,12 @@ seed from ``result.json``, trains the method again under a fresh meter, and comp
   to the re-execution as seed-to-seed variation allows: its distance to the re-execution (mean total
   variation for classification, mean W1 for regression) at most ``CROSS_ENVIRONMENT_FACTOR`` times the
   distance between two re-executions with different seeds (the recorded one and ``seed + 1``);
-- a folder that holds its record alone (``--no-predictions``, as the shipped results): the sha256 of the
-  re-execution's predictions against the one recorded, where the run's numerics are the re-execution's; elsewhere
-  it cannot be compared, and is reported not verified without training.
+- a folder that holds its record alone (``--no-predictions``, as the shipped results): where the run's numerics are
+  the re-execution's, the sha256 of the re-execution's predictions against the one recorded, and the record's metrics
+  against those predictions'; elsewhere (another CPU kind) the record's fidelity metrics against the re-execution's,
+  equal to round-off (``CROSS_CPU_ROUND_OFF``, mode ``cross-environment, round-off``), or, where round-off grew
+  chaotically as in long sampler runs, no further apart than two seeds of the configuration, measured by re-executing
+  it with ``CROSS_CPU_SEEDS`` other seeds (mode ``cross-environment, statistical against 4 re-executed seeds``).
 
 This answers "the budget is self-reported": a run trained longer than it claims, or whose predictions
 were edited, does not reproduce. ``submit --verify`` verifies before inserting and the leaderboard
@@ -27,6 +34,7 @@ marks verified runs.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +47,17 @@ from bench import metrics, records
 from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere
 from bench.executors import Isolations, isolates, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
-from bench.tasks import PREDICTIVE_SAMPLES, get_task
 
 CROSS_ENVIRONMENT_FACTOR = 2.0
 """Another machine: recorded-to-rerun distance may be at most this times the rerun's seed-to-seed distance."""
+CROSS_CPU_ROUND_OFF = 1e-4
+"""A record kept alone, re-executed where round-off differs: its fidelity metrics may differ from the re-execution's
+by this much relative to max(1, |value|) and still be the same run (placeholder until measured)."""
+CROSS_CPU_LEVEL = 0.01
+"""The false-alarm rate of the statistical comparison of a record kept alone with its configuration's seeds."""
+CROSS_CPU_SEEDS = 4
+"""Seeds re-executed to measure how far apart two seeds of a configuration are, where a record kept alone moved
+beyond round-off on another CPU kind (4: a t quantile of 5.8 at 3 degrees of freedom, where 2 seeds would give 127)."""
 
 
 class VerificationError(BenchError):
@@ -69,19 +84,6 @@ def _recorded(folder: Path) -> dict:
     try:
         return records.checked_result(folder)
     except DamagedFile as error:
-        raise VerificationError(str(error)) from None
-
-
-def _recorded_predictions(folder: Path, task, key: str) -> np.ndarray:
-    """The run's predictions, read and checked against ``task`` as ``submit`` reads them (a regular file, bounded by
-    the size the task's predictions take, the array's header checked before it is allocated)."""
-    from leaderboard.submission import Expected, SubmissionError, read_predictions
-
-    classification = task.kind == "classification"
-    expected = Expected(task.name, task.kind, key, task.n_test, task.n_classes if classification else PREDICTIVE_SAMPLES)
-    try:
-        return read_predictions(folder / records.PREDICTIONS, expected)
-    except SubmissionError as error:
         raise VerificationError(str(error)) from None
 
 
@@ -169,26 +171,15 @@ def verify(folder: Path, cache: Path | None = None, method: str | None = None, i
 
 def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verification:
     """:func:`verify` in this process."""
-    result = _recorded(folder)
-    task = get_task(result["task"], cache)
-    if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
-        raise VerificationError(f"{folder}: made for {task.name} version {result['task_version']} with other data or "
-                                f"settings than this installation's version {task.version}; it cannot be re-executed")
+    from leaderboard.submission import SubmissionError, checked_run
+
+    try:  # every claim the record makes that needs no re-execution, as submit and export-submission check them
+        run = checked_run(folder, cache)
+    except SubmissionError as error:
+        raise VerificationError(str(error)) from None
+    result, task, recorded = run.result, run.task, run.predictions
     digest = result.get("predictions_sha256")
     changes = _changes(result)
-    if digest is not None and not (folder / records.PREDICTIONS).exists():
-        recorded = None  # a record alone (--no-predictions): its predictions' sha256 is compared, bitwise only
-        if changes != {}:
-            return Verification(folder, "cross-environment", False,
-                                f"holds its predictions' sha256 alone (no {records.PREDICTIONS}), which only a "
-                                f"re-execution with the run's numerics can compare; not re-executed: "
-                                f"{_not_bitwise(changes)}", torch.get_num_threads())
-    else:
-        recorded = _recorded_predictions(folder, task, result["reference"]["key"])
-        try:
-            records.check_predictions_recorded(folder, result, recorded)
-        except DamagedFile as error:
-            raise VerificationError(str(error)) from None
     method = _method_of(result, folder, method)
     config = _recorded_config(method, result["config"], folder)
     seed = result["seed"]
@@ -209,9 +200,19 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
         budget_problems.append(
             f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
     threads = torch.get_num_threads()
+    if recorded is None and changes != {}:
+        return _alone_elsewhere(folder, run, predictions, budget_problems, changes, epochs_used, threads, rerun)
     if recorded is None:
         same = records.predictions_sha256(predictions) == digest
         detail = "predictions' sha256 equal" if same else "the re-executed predictions' sha256 differs from the record's"
+        if same:  # the record's metrics, from the predictions it names (bit for bit the re-executed ones)
+            from leaderboard.submission import SubmissionError, check_scored_claims, scored
+
+            try:
+                check_scored_claims(result, scored(task, run.reference, predictions), str(folder / records.RESULT))
+                detail += ", every metric recomputed as recorded"
+            except SubmissionError as error:
+                budget_problems.append(str(error))
         return Verification(folder, "bitwise", same and not budget_problems,
                             "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}", threads)
     if predictions.shape != recorded.shape:
@@ -236,3 +237,60 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
                         "; ".join([detail, *budget_problems, _not_bitwise(changes)]) + f"; epochs used {epochs_used:g}",
                         threads)
 
+
+
+def _metric_values(scored: dict[str, dict[str, float]]) -> dict[tuple[str, str], float]:
+    """Every (block, metric) of a run's scores, the whole test set's as block ``all``."""
+    return {(block, name): value for block, values in scored.items() for name, value in values.items()}
+
+
+def _claims(result: dict) -> dict[tuple[str, str], object]:
+    return _metric_values({"all": result["metrics"], **result["metrics_by_block"]})
+
+
+def _alone_elsewhere(folder: Path, run, predictions: np.ndarray, budget_problems: list[str],
+                     changes: dict[str, tuple], epochs_used: float, threads: int, rerun) -> Verification:
+    """A record kept alone (its predictions' sha256 and metrics), made where round-off differs. Every metric it claims,
+    on the whole test set and on each block, must be the re-execution's to :data:`CROSS_CPU_ROUND_OFF` (short runs,
+    whose round-off stays round-off); else, where round-off grew chaotically (long sampler runs), the record and the
+    re-execution must be two runs of one seed, no further apart than two seeds of the configuration: the
+    configuration is re-executed here with :data:`CROSS_CPU_SEEDS` other seeds, and on every metric |recorded -
+    re-executed| must lie within the two-sided t quantile at ``CROSS_CPU_LEVEL`` (Bonferroni over the metrics,
+    ``CROSS_CPU_SEEDS`` - 1 degrees of freedom) of sqrt(2) times their standard deviation. Nothing of the spread comes
+    from a file: records beside it are as editable as this one."""
+    import scipy.stats
+
+    from leaderboard.submission import scored
+
+    result = run.result
+    now = _metric_values(scored(run.task, run.reference, predictions))
+    claimed = _claims(result)
+    if set(claimed) != set(now) or not all(records.finite_number(value) for value in claimed.values()):
+        return Verification(folder, "cross-environment", False, "the record's metrics are not the ones its task "
+                            f"gives ({len(claimed)} claimed, {len(now)} computed); {_not_bitwise(changes)}", threads)
+    gaps = {key: abs(now[key] - claimed[key]) / max(1.0, abs(claimed[key])) for key in now}
+    worst = max(gaps.values())
+    if worst <= CROSS_CPU_ROUND_OFF:
+        detail = (f"every re-executed metric equals the record's to round-off (largest relative difference "
+                  f"{worst:.2g}, allowed {CROSS_CPU_ROUND_OFF:g})")
+        return Verification(folder, "cross-environment, round-off", not budget_problems,
+                            "; ".join([detail, *budget_problems, _not_bitwise(changes)])
+                            + f"; epochs used {epochs_used:g}", threads)
+    seed = result["seed"]
+    others = [_metric_values(scored(run.task, run.reference, rerun(seed + k)[0]))
+              for k in range(1, CROSS_CPU_SEEDS + 1)]
+    quantile = float(scipy.stats.t.ppf(1 - CROSS_CPU_LEVEL / (2 * len(now)), CROSS_CPU_SEEDS - 1))
+    outside = []
+    for key, value in now.items():
+        allowed = quantile * math.sqrt(2) * float(np.std([other[key] for other in others], ddof=1))
+        if abs(claimed[key] - value) > allowed:
+            outside.append(f"{key[1]} on {key[0]} recorded {claimed[key]:.5g}, re-executed {value:.5g}, allowed "
+                           f"± {allowed:.3g}")
+    detail = (f"round-off grew beyond {CROSS_CPU_ROUND_OFF:g} (largest relative difference {worst:.2g}); against the "
+              f"spread of {CROSS_CPU_SEEDS} seeds re-executed here the record and its re-execution are "
+              + ("two runs of one seed" if not outside else "not two runs of one seed: " + "; ".join(outside[:3])
+                 + (f" (and {len(outside) - 3} more)" if len(outside) > 3 else "")))
+    return Verification(folder, f"cross-environment, statistical against {CROSS_CPU_SEEDS} re-executed seeds",
+                        not outside and not budget_problems,
+                        "; ".join([detail, *budget_problems, _not_bitwise(changes)]) + f"; epochs used {epochs_used:g}",
+                        threads)

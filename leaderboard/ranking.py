@@ -17,8 +17,8 @@ two-sided t-test at level 1 - ``CONFIDENCE`` tells them apart in A's favour on t
 it tells them apart at all (:func:`significantly_better`). Each pair is tested at that level, without a
 correction for the number of pairs. Only an entry ahead can be better, so the entry with the best means is
 always ranked 1, and two metrics cannot make A better than B, B than C and C than A. An entry within the
-reference's noise floor (:func:`within_noise_floor`) is as good as the reference can tell, so no entry counts as
-better than it.
+reference's noise floor (:func:`within_noise_floor`: its seeds cannot be told from an independent, exact run of the
+reference's sampler) is as good as the reference can tell, so no entry counts as better than it.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ RANK_RULE = ("rank: 1 + the entries significantly better, that is ahead in the m
              f"by Welch's two-sided t-test at level {1 - CONFIDENCE:.0%} on the first primary metric that tells them "
              "apart (each pair at that level); entries the seeds cannot tell apart share a rank, marked =; an entry "
              "within the noise floor is ranked 1")
-FLOOR_RULE = (f"within floor: the reference's noise floor lies within or beyond the entry's {CONFIDENCE:.0%} interval "
-              "on each primary metric, so the entry is as good as the reference can tell")
+FLOOR_RULE = ("within floor: on no primary metric is the seeds' mean worse than the reference's noise floor (the "
+              "distance an independent run of the reference's sampler, as long and as autocorrelated but exact, is "
+              f"expected to score) by a one-sided t-test at level {1 - CONFIDENCE:.0%}, so the seeds cannot tell the "
+              "entry from such a run (one seed: not tested)")
 """The rules above in words, for the tables' explanations and the JSON document."""
 ROUND_OFF = 1e-12
 """Two means closer than this x max(1, |mean|) are one number summed in two ways (``[0.1] * 3`` averages to
@@ -148,7 +150,8 @@ class Entry:
     tied: bool = False
     """Another entry of the track shares the rank."""
     within_floor: bool | None = None
-    """Within the reference's noise floor on every primary metric it publishes (None: it publishes none)."""
+    """Within the reference's noise floor on every primary metric it publishes (None: it publishes none, or one
+    seed)."""
 
     @property
     def identity(self) -> tuple[str, str, str | None]:
@@ -232,18 +235,22 @@ def significantly_better(kind: str, a: Entry, b: Entry) -> bool:
 
 
 def within_noise_floor(track: Track, entry: Entry) -> bool | None:
-    """Whether ``entry`` is as good as the reference can tell: on every primary metric whose noise floor the
-    reference publishes, the floor is not better than the entry's ``CONFIDENCE`` interval's better end (its mean,
-    for a single seed), so the seeds cannot show it worse than two halves of the reference are from each other.
-    None where the reference publishes no floor for any primary metric."""
+    """Whether ``entry``'s seeds cannot be told from an independent run of the reference's sampler, as long and as
+    autocorrelated but exact: on no primary metric whose noise floor the reference publishes (the distance such a run
+    is expected to score against the reference, :mod:`reference.evidence`) is the seeds' mean worse than the floor by
+    a one-sided one-sample t-test at level 1 - ``CONFIDENCE`` (n - 1 degrees of freedom). None where the reference
+    publishes a floor for no primary metric, or for a single seed, which has no spread to test with."""
     verdicts = []
     for metric in PRIMARY[track.kind]:
         floor = track.floor(metric)
         if floor is None or metric not in entry.metrics:
             continue
         value = entry.estimate(metric)
-        reach = value.half_width or 0.0
-        verdicts.append(value.mean + reach >= floor if higher_is_better(metric) else value.mean - reach <= floor)
+        if value.se is None:
+            return None
+        worse_by = floor - value.mean if higher_is_better(metric) else value.mean - floor
+        reach = float(scipy.stats.t.ppf(CONFIDENCE, value.n - 1)) * value.se
+        verdicts.append(worse_by <= max(reach, ROUND_OFF * max(1.0, abs(floor))))
     return all(verdicts) if verdicts else None
 
 

@@ -149,8 +149,8 @@ def _optional_mean(values: list[float]) -> float | None:
 def _explanation(kind: str) -> str:
     return (f"Ranked by {primary_description(kind)}. Each value is {INTERVAL_RULE}; the seed count is in the seeds "
             f"column. {RANK_RULE[0].upper()}{RANK_RULE[1:]}. {FLOOR_RULE[0].upper()}{FLOOR_RULE[1:]}. The first row "
-            "is the reference's noise floor: two HMC references from disjoint halves of the chains compared with "
-            "each other")
+            "is the reference's noise floor: the distance an independent run of the reference's sampler, as long and "
+            "as autocorrelated but exact, is expected to score against the reference")
 
 
 def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:

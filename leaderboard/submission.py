@@ -23,6 +23,7 @@ Every failure raises a :class:`bench.errors.BenchError` with one line; nothing h
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
 import io
@@ -225,7 +226,8 @@ def _reliability(task: Task, predictions: np.ndarray) -> dict | None:
     return reliability.quantile_coverage(predictions, labels.astype(np.float64))
 
 
-def _scored(task: Task, reference: Reference, predictions: np.ndarray) -> dict[str, dict[str, float]]:
+def scored(task: Task, reference: Reference, predictions: np.ndarray) -> dict[str, dict[str, float]]:
+    """Every metric of ``predictions`` against ``reference``, on the whole test set and on each block."""
     overall, by_block = score(task, predictions, reference)
     return {OVERALL_BLOCK: overall, **by_block}
 
@@ -250,31 +252,61 @@ def check_method_name(method: str, source: str) -> None:
         raise SubmissionError(f"{source}: the method name must be 1 to {MAX_NAME_CHARS} printable characters")
 
 
-def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False,
-              verify_method: str | None = None, isolate: bool = True, isolations=None) -> RunRow:
-    """Validates and re-scores one run folder; returns the row to store (recomputed metrics only). With
-    ``verify``, the run is first re-executed under the meter (:func:`bench.verify.verify`, with ``verify_method`` for
-    a run of a ``package.module:ClassName`` method, ``isolate`` and ``isolations`` as it takes them) and refused
-    unless it reproduces."""
+@dataclass(frozen=True)
+class CheckedRun:
+    """A run folder whose every claim was checked against this installation (:func:`checked_run`): its record, task and
+    reference, its predictions (None for a record alone, ``--no-predictions``) and the metrics they give per block
+    (None likewise)."""
+
+    folder: Path
+    result: dict
+    task: Task
+    reference: Reference
+    predictions: np.ndarray | None
+    scored: dict[str, dict[str, float]] | None
+
+
+def checked_run(folder: Path, cache: Path | None = None, needs: str | None = None) -> CheckedRun:
+    """The one validator of a run folder, for ``submit``, ``verify`` and ``export-submission`` alike: a record one
+    refuses, all refuse, with the same line. Checked in order, each failure one :class:`SubmissionError` line:
+
+    - every field of the record, in type and range (:func:`bench.records.checked_result`);
+    - the task: available here (a competition task fetched), of the recorded version and fingerprint (data, settings
+      and what its network computes);
+    - the reference: the recorded sha256 and key are the installed reference's;
+    - the predictions: present (where ``needs``, what is being done, needs them; else a record alone passes), valid
+      predictions of the task, and the ones the record's sha256 names;
+    - every metric the record claims, on the whole test set and on each block: recomputed from the predictions and
+      the reference, equal to ``METRIC_TOLERANCE``.
+
+    What a record alone claims of its predictions (their sha256, the metrics) only a re-execution can check
+    (:func:`bench.verify.verify`)."""
     folder = Path(folder)
-    check_submitter(submitter, notes)
     result = read_result(folder)
     source = str(folder / records.RESULT)
     task = available_task(result["task"], cache)
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
-        raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data or "
-                              f"settings than this installation's version {task.version}; rerun it")
+        raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data, "
+                              f"settings or network than this installation's version {task.version}; rerun it")
     reference = load_reference(task)
     if result["reference"]["sha256"] != reference.sha256 or result["reference"]["key"] != reference.key:
         raise SubmissionError(f"{source}: scored against reference sha256 {result['reference']['sha256'][:16]}..., "
                               f"but the registry's {task.name} reference is {reference.sha256[:16]}...")
+    if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists() and needs is None:
+        return CheckedRun(folder, result, task, reference, None, None)
     try:
-        records.check_predictions_kept(folder, result, "submitting (which re-scores the predictions)")
+        records.check_predictions_kept(folder, result, needs or "checking its claims")
         predictions = read_predictions(folder / records.PREDICTIONS, Expected.of(task, reference))
         records.check_predictions_recorded(folder, result, predictions)
     except DamagedFile as error:
         raise SubmissionError(str(error)) from None
-    scored = _scored(task, reference, predictions)
+    found = scored(task, reference, predictions)
+    check_scored_claims(result, found, source)
+    return CheckedRun(folder, result, task, reference, predictions, found)
+
+
+def check_scored_claims(result: dict, scored: dict[str, dict[str, float]], source: str) -> None:
+    """The record's metrics, on the whole test set and each block, are ``scored``'s (:func:`check_claimed_metrics`)."""
     check_claimed_metrics(result["metrics"], scored[OVERALL_BLOCK], f"{source} metrics")
     if set(result["metrics_by_block"]) != set(scored) - {OVERALL_BLOCK}:
         raise SubmissionError(f"{source}: metrics_by_block has blocks {sorted(result['metrics_by_block'])}, the task "
@@ -283,6 +315,18 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         if not isinstance(claimed, dict):
             raise SubmissionError(f"{source}: metrics_by_block[{block!r}] is not an object")
         check_claimed_metrics(claimed, scored[block], f"{source} metrics_by_block[{block!r}]")
+
+
+def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False,
+              verify_method: str | None = None, isolate: bool = True, isolations=None) -> RunRow:
+    """Validates (:func:`checked_run`) and re-scores one run folder; returns the row to store (recomputed metrics
+    only). With ``verify``, the run is then re-executed under the meter (:func:`bench.verify.verify`, with
+    ``verify_method`` for a run of a ``package.module:ClassName`` method, ``isolate`` and ``isolations`` as it takes
+    them) and refused unless it reproduces."""
+    folder = Path(folder)
+    check_submitter(submitter, notes)
+    run = checked_run(folder, cache, needs="submitting (which re-scores the predictions)")
+    result, task, reference, predictions = run.result, run.task, run.reference, run.predictions
     if verify:
         from bench.verify import verify as re_execute
 
@@ -298,7 +342,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=scored, verified=verify, architecture_change=result.get("architecture_change"),
+        submitted_at=_now(), metrics=run.scored, verified=verify, architecture_change=result.get("architecture_change"),
         label=result.get("label"))
 
 
@@ -374,7 +418,7 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
                 test_passes=None, wall_seconds=None, device=None, versions={},
                 noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
                 submitter=submitter, notes=notes, finished_at=None, submitted_at=_now(),
-                metrics=_scored(task, reference, predictions), label=label))
+                metrics=scored(task, reference, predictions), label=label))
     return rows
 
 
@@ -392,3 +436,24 @@ def run_folders(paths: list[Path]) -> list[Path]:
         else:
             raise SubmissionError(f"{path}: not a run folder, a folder of runs, or a .zip")
     return folders
+
+
+def with_current_floors(rows: list[RunRow]) -> list[RunRow]:
+    """``rows`` with the noise floor of the reference installed here wherever they were scored against it (the floor a
+    row stored is the one its reference published when it was submitted; a reference's floor can be recomputed to a
+    better definition while its predictive, and so every score, stays the same)."""
+    from bench.tasks import EMBEDDED
+
+    floors: dict[tuple[str, str], dict | None] = {}
+    refreshed = []
+    for row in rows:
+        key = (row.task, row.reference_sha256)
+        if key not in floors:
+            try:  # an official reference publishes no floor, and checking its task's data would read gigabytes
+                reference = load_reference(get_task(row.task)) if row.task in EMBEDDED else None
+            except BenchError:  # a reference that is not this installation's (stale): the row keeps its own
+                reference = None
+            floors[key] = reference.noise_floor if reference is not None and reference.sha256 == row.reference_sha256 \
+                else row.noise_floor
+        refreshed.append(dataclasses.replace(row, noise_floor=floors[key]))
+    return refreshed

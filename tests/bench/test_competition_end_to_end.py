@@ -3,6 +3,7 @@ against the official reference, and export the competition's submission zip."""
 
 import json
 import re
+import shutil
 import zipfile
 
 import numpy as np
@@ -77,29 +78,71 @@ def _fake_run(folder, task, key, array, sha="0" * 64, keep_predictions=True, **f
     return folder
 
 
-def test_export_refuses_what_the_competition_would_not_score(tmp_path, fixture_checksums, run_cli):
-    probs = np.full((2000, 7), 1 / 7)
-    official = fixture_checksums[SPECS["dermamnist"].reference.official_url]
-    good = _fake_run(tmp_path / "derma", "dermamnist", "probs", probs, sha=official)
-    zip_path = tmp_path / "s.zip"
-    assert run_cli("export-submission", good, "--out", zip_path, "--cache", tmp_path / "empty")[0] == 0, \
-        "without the data at hand, the official test size is required"
+def _fetched_run(tmp_path, file_server, official_files, run_cli, task="dermamnist"):
+    """A run of sgd at budget 1 on ``task`` fetched from the fixture files: (cache, run folder)."""
+    file_server.files.update(official_files)
+    cache, out = tmp_path / "cache", tmp_path / "runs"
+    code, _, err = run_cli("fetch", "--task", task, "--cache", cache, "--data-url", file_server.url + "data/",
+                           "--reference-url", file_server.url + "reference/", "--quiet")
+    assert code == 0, err
+    code, _, err = run_cli("--method", "sgd", "--budget", 1, "--task", task, "--cache", cache, "--out", out, "--quiet")
+    assert code == 0, err
+    return cache, out / task / "sgd" / "budget-1" / "seed-0"
 
+
+def _copy_edited(folder, to, predictions=None, **changes):
+    """A copy of the run ``folder`` at ``to`` with its record's fields ``changes`` (and other ``predictions``)."""
+    shutil.copytree(folder, to)
+    record = json.loads((to / "result.json").read_text())
+    (to / "result.json").write_text(json.dumps({**record, **changes}))
+    if predictions is not None:
+        np.savez(to / "predictions.npz", probs=predictions)
+    return to
+
+
+def test_export_refuses_what_the_competition_would_not_score(tmp_path, file_server, official_files, fixture_checksums,
+                                                            monkeypatch,
+                                                            run_cli):
+    monkeypatch.setattr(dl, "RETRY_PAUSE_SECONDS", 0.0)
+    cache, good = _fetched_run(tmp_path, file_server, official_files, run_cli)
+    record = json.loads((good / "result.json").read_text())
+    with np.load(good / "predictions.npz") as npz:
+        probs = npz["probs"]
+    zip_path = tmp_path / "s.zip"
+    assert run_cli("export-submission", good, "--out", zip_path, "--cache", cache)[0] == 0
+    other = np.roll(probs, 1, axis=1)
     cases = {
-        "not a competition task": _fake_run(tmp_path / "digits", "digits", "probs", probs),
-        r"dermamnist needs probs of shape \(2000, 7\)": _fake_run(tmp_path / "short", "dermamnist", "probs", probs[:1999], official),
-        "rows must sum to 1": _fake_run(tmp_path / "bad", "dermamnist", "probs", probs * 2, official),
-        "not the official one": _fake_run(tmp_path / "other-ref", "dermamnist", "probs", probs, "a" * 64),
-        "holds no finished run": tmp_path / "nothing",
-        "holds its record alone": _fake_run(tmp_path / "alone", "dermamnist", "probs", probs, official, False,
-                                            predictions_sha256=records.predictions_sha256(probs)),
-        "they changed after the run": _fake_run(tmp_path / "edited", "dermamnist", "probs", probs, official,
-                                                predictions_sha256="0" * 64),
+        "not a competition task": (_fake_run(tmp_path / "digits", "digits", "probs", probs), cache),
+        "fetch them first": (good, tmp_path / "empty"),
+        r"dermamnist needs probs of shape \(4, 7\)": (_copy_edited(
+            good, tmp_path / "short", probs[:-1], predictions_sha256=records.predictions_sha256(probs[:-1])), cache),
+        "rows must sum to 1": (_copy_edited(good, tmp_path / "bad", probs * 2,
+                                            predictions_sha256=records.predictions_sha256(probs * 2)), cache),
+        "scored against reference sha256": (_copy_edited(good, tmp_path / "other-ref",
+                                                         reference={**record["reference"], "sha256": "a" * 64}), cache),
+        "with other data, settings or network": (_copy_edited(good, tmp_path / "other-task",
+                                                              task_fingerprint="0" * 64), cache),
+        "claims agreement = 0.001": (_copy_edited(good, tmp_path / "metric",
+                                                  metrics={**record["metrics"], "agreement": 0.001}), cache),
+        "holds no finished run": (tmp_path / "nothing", cache),
+        "they changed after the run": (_copy_edited(good, tmp_path / "edited", other), cache),
     }
-    for message, folder in cases.items():
-        code, _, err = run_cli("export-submission", folder, "--out", tmp_path / "x.zip", "--cache", tmp_path)
+    shutil.copytree(good, tmp_path / "alone")
+    (tmp_path / "alone" / "predictions.npz").unlink()
+    cases["holds its record alone"] = (tmp_path / "alone", cache)
+    for message, (folder, where) in cases.items():
+        code, _, err = run_cli("export-submission", folder, "--out", tmp_path / "x.zip", "--cache", where)
         assert code == 2 and err.count("\n") == 1, err
-        assert re.search(message, err), err
-    code, _, err = run_cli("export-submission", good, good, "--out", tmp_path / "y.zip", "--cache", tmp_path)
+        assert re.search(message, err), (message, err)
+    # the claims submit and verify check are refused by all three in the same line
+    for name in ("other-ref", "other-task", "metric"):
+        lines = [run_cli(*command, "--cache", cache)[2] for command in (
+            ("export-submission", tmp_path / name, "--out", tmp_path / "x.zip"), ("verify", tmp_path / name),
+            ("submit", tmp_path / name, "--db", tmp_path / "board.sqlite", "--name", "m"))]
+        assert lines[0] == lines[1] == lines[2], lines
+    code, _, err = run_cli("export-submission", good, good, "--out", tmp_path / "y.zip", "--cache", cache)
     assert code == 2 and "two runs for task dermamnist" in err
+    monkeypatch.setattr("bench.export.official_checksums", lambda: {SPECS["dermamnist"].reference.official_url: "b" * 64})
+    code, _, err = run_cli("export-submission", good, "--out", tmp_path / "x.zip", "--cache", cache)
+    assert code == 2 and "not the official one" in err
     assert not (tmp_path / "x.zip").exists() and not (tmp_path / "y.zip").exists()

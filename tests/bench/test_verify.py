@@ -10,7 +10,7 @@ import pytest
 from bench import records
 from bench.executors import usable_cores
 from bench.runner import RunSpec, run
-from bench.verify import verify
+from bench.verify import VerificationError, verify
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,12 @@ def test_from_another_environment_honest_passes_and_a_longer_trained_predictive_
     assert verification.passed and verification.mode == "cross-environment"
     longer = runs / "budget-100" / "seed-0"
     shutil.copy(longer / records.PREDICTIONS, honest / records.PREDICTIONS)
-    _edit_result(honest, predictions_sha256=json.loads((longer / records.RESULT).read_text())["predictions_sha256"])
-    verification = verify(honest)
+    claims = json.loads((longer / records.RESULT).read_text())
+    _edit_result(honest, predictions_sha256=claims["predictions_sha256"])
+    with pytest.raises(VerificationError, match="metrics: claims w1 = .* but the predictions give"):
+        verify(honest)  # its metrics are not the swapped predictions': refused before any re-execution
+    _edit_result(honest, metrics=claims["metrics"], metrics_by_block=claims["metrics_by_block"])
+    verification = verify(honest)  # consistent claims of a longer training: the re-execution shows it
     assert not verification.passed and "W1(recorded, re-executed)" in verification.detail
 
 
@@ -165,8 +169,7 @@ def test_an_edited_record_is_one_line_before_it_is_re_executed(honest, run_cli, 
 
 def test_a_record_alone_verifies_bitwise_by_its_predictions_sha256(runs, honest):
     """A folder written with --no-predictions (the shipped results) keeps the predictions' sha256: the re-execution's
-    must equal it; a changed digest, or a run from other numerics (which only a bitwise comparison could check), is
-    not verified, the latter without training."""
+    must equal it; a changed digest is not verified. (From other numerics its metrics are compared instead: below.)"""
     with np.load(honest / records.PREDICTIONS) as npz:
         digest = records.predictions_sha256(npz["samples"])
     assert json.loads((honest / records.RESULT).read_text())["predictions_sha256"] == digest
@@ -176,9 +179,6 @@ def test_a_record_alone_verifies_bitwise_by_its_predictions_sha256(runs, honest)
     _edit_result(honest, predictions_sha256="0" * 64)
     verification = verify(honest)
     assert not verification.passed and "sha256 differs" in verification.detail
-    _edit_result(honest, predictions_sha256=digest, environment={"cpu": "another machine"})
-    verification = verify(honest)
-    assert not verification.passed and "not re-executed" in verification.detail
 
 
 def test_predictions_that_changed_after_the_run_contradict_its_sha256(runs, honest):
@@ -188,3 +188,56 @@ def test_predictions_that_changed_after_the_run_contradict_its_sha256(runs, hone
     _edit_result(honest, environment={"cpu": "another machine"})
     with pytest.raises(Exception, match="changed after the run"):
         verify(honest)
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    """sgd on toy-gap at budget 5, seeds 0-3, records kept alone (as the shipped results)."""
+    out = tmp_path_factory.mktemp("alone")
+    for seed in range(4):
+        run(RunSpec(task="toy-gap", method="sgd", budget=5, seed=seed, out=out, keep_predictions=False))
+    return out / "toy-gap" / "sgd" / "budget-5"
+
+
+def _elsewhere(folder):
+    """The record as if made on another CPU kind."""
+    environment = json.loads((folder / records.RESULT).read_text())["environment"]
+    _edit_result(folder, environment={**environment, "cpu": "another CPU kind", "cpu_capability": "AVX512"})
+
+
+def test_a_record_kept_alone_verifies_on_another_cpu_within_round_off(alone, tmp_path):
+    """Shipped records hold no predictions: on another CPU kind they were refused outright ("NOT VERIFIED
+    (cross-environment)", every shipped row "verified 0/3"). Their metrics are now compared with a re-execution: to
+    round-off, on every metric of every block."""
+    shutil.copytree(alone, tmp_path / "budget-5")
+    folder = tmp_path / "budget-5" / "seed-0"
+    _elsewhere(folder)
+    record = json.loads((folder / records.RESULT).read_text())
+    _edit_result(folder, metrics={**record["metrics"], "w2": record["metrics"]["w2"] * (1 + 1e-7)})
+    verification = verify(folder)
+    assert verification.passed and verification.mode == "cross-environment, round-off", verification.detail
+    _edit_result(folder, metrics={**record["metrics"], "rmse": record["metrics"]["rmse"] * 1000})
+    verification = verify(folder)
+    assert not verification.passed and "rmse on all" in verification.detail, "every metric, not only the fidelity ones"
+
+
+def test_a_record_kept_alone_whose_metric_moved_beyond_round_off_is_judged_against_re_executed_seeds(alone, tmp_path):
+    shutil.copytree(alone, tmp_path / "budget-5")
+    folder = tmp_path / "budget-5" / "seed-0"
+    _elsewhere(folder)
+    record = json.loads((folder / records.RESULT).read_text())
+    seeds = [json.loads((tmp_path / "budget-5" / f"seed-{s}" / records.RESULT).read_text())["metrics"]["w2"]
+             for s in range(4)]
+    spread = float(np.std(seeds, ddof=1))
+    # chaos: the recorded run lands within the seeds' spread of the re-execution, not on it
+    _edit_result(folder, metrics={**record["metrics"], "w2": record["metrics"]["w2"] + 0.5 * spread})
+    verification = verify(folder)
+    assert verification.passed, verification.detail
+    assert verification.mode == "cross-environment, statistical against 4 re-executed seeds"
+    # a claim far outside what seeds spread: not a run of this seed, whatever the records beside it say
+    _edit_result(folder, metrics={**record["metrics"], "w2": record["metrics"]["w2"] + 100 * spread})
+    for other in range(1, 4):  # the seeds beside it, edited to spread widely, change nothing: the spread is re-executed
+        path = tmp_path / "budget-5" / f"seed-{other}"
+        _edit_result(path, metrics={**record["metrics"], "w2": 10.0 ** other})
+    verification = verify(folder)
+    assert not verification.passed and "not two runs of one seed: w2 on all recorded" in verification.detail

@@ -10,6 +10,7 @@ import pytest
 
 from approximators import METHODS, resolve_config
 from bench import records
+from bench.io import atomic_write_bytes, json_bytes, npz_bytes
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, get_task
 from reference.store import load_reference
@@ -60,7 +61,10 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         **fields,
     }
     folder = records.run_folder(out, task.name, method, budget, seed)
-    records.write_run(folder, reference.key, predictions, result)
+    # as a file anyone can edit: a record the validator would refuse is written too (records.write_run checks it)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(folder / records.PREDICTIONS, npz_bytes(**{reference.key: predictions}))
+    atomic_write_bytes(folder / records.RESULT, json_bytes(result))
     return folder
 
 

@@ -11,9 +11,11 @@ from html import escape as html_escape
 import pytest
 
 from approximators import METHODS, resolve_config
+from bench.tasks import get_task
 from leaderboard import configs, ranking, submission
 from leaderboard.render import html_page, render
 from leaderboard.store import Store
+from reference.store import load_reference
 
 
 @pytest.fixture
@@ -34,7 +36,8 @@ def test_markdown_ranks_by_agreement_with_mean_interval_and_floor_row(board, run
     code, out, _ = run_cli("leaderboard", "--task", "digits", "--budget", "10")
     assert code == 0
     lines = [line for line in out.splitlines() if line.startswith("|")]
-    assert "HMC noise floor" in lines[2] and "0.9965" in lines[2]
+    floor = load_reference(get_task("digits")).noise_floor["all"]["agreement"]
+    assert "HMC noise floor" in lines[2] and f"{floor:.4f}" in lines[2]
     assert "| 1 " in lines[3] and "good" in lines[3] and "| 3 " in lines[3]
     assert "| 2 " in lines[4] and "poor" in lines[4]
     assert "95% Student-t interval" in out and "agreement (higher is better), then total_variation" in out

@@ -129,7 +129,7 @@ def _labelled(label):
 @pytest.mark.parametrize("damage, message", [
     (_tamper_metric, "claims total_variation = "),
     (_tamper_reference, "scored against reference sha256 0000000000000000"),
-    (_overspend, "epochs used, outside (0, 10]"),
+    (_overspend, "epochs used, outside [0, 10]"),
     (_stale_version, "made for digits version 0"),
     (_task_named("mnist"), "task mnist is not available"),
     (_task_named("cifar10"), "run `python -m bench fetch --task cifar10`"),

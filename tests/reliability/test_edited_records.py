@@ -138,6 +138,8 @@ def test_verify_and_submit_refuse_exactly_the_same_edits_in_the_same_line(folder
     ({"environment": [1]}, "field 'environment' must be null or a dict"),
     ({"environment": {"torch_threads": "x\x1b[2J"}}, "environment must map"),
     ({"resolved": {"lr": math.nan}}, "resolved must map setting names to numbers"),
+    ({"metrics": {"w1": math.nan}}, "metrics must map metric names to finite numbers"),
+    ({"metrics_by_block": {"all": {"w1": "0.1"}}}, "metrics_by_block['all'] must map metric names to finite numbers"),
 ])
 def test_each_kind_of_edit_is_one_line_from_verify_and_submit_alike(tmp_path, run_cli, edit, fragment):
     folder = genuine_record(tmp_path / "runs")
@@ -218,3 +220,56 @@ def test_every_method_source_run_records_is_one_the_validator_takes(tmp_path):
         edited(folder, json.loads((folder / records.RESULT).read_text()), method=cls.name, method_source=source,
                config={})
         assert records.checked_result(folder)["method_source"] == source
+
+
+def _digits_reference_sha():
+    from bench.tasks import get_task
+    from reference.store import load_reference
+
+    return load_reference(get_task("digits")).sha256
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda r: {"metrics": {**r["metrics"], "w1": 0.001}}, "metrics: claims w1 = 0.001 but the predictions give"),
+    (lambda r: {"metrics": {k: v for k, v in r["metrics"].items() if k != "w2"}}, "metrics do not match"),
+    (lambda r: {"reference": {**r["reference"], "sha256": _digits_reference_sha()}}, "scored against reference sha256"),
+    (lambda r: {"task_fingerprint": "0" * 64}, "with other data, settings or network"),
+])
+def test_every_claim_a_record_makes_is_recomputed_by_verify_and_submit_alike(tmp_path, run_cli, edit, fragment):
+    """An edited metric, another reference's sha256 or another fingerprint: the same line from both, before any
+    re-execution (verify once said "verified (bitwise)" of a record whose w1 had been edited)."""
+    folder = genuine_record(tmp_path / "runs")
+    record = json.loads((folder / records.RESULT).read_text())
+    edited(folder, {**record, **edit(record)})
+    lines = []
+    for command in (("verify", folder), ("submit", folder, "--db", tmp_path / "board.sqlite", "--name", "m")):
+        code, _, err = run_cli(*command)
+        assert_one_line(code, err, EXIT_BAD_INPUT, str(folder / records.RESULT), fragment)
+        lines.append(err)
+    assert lines[0] == lines[1]
+
+
+def test_an_edited_metric_of_one_block_is_refused_in_one_line(tmp_path, run_cli):
+    config = records.as_recorded(dataclasses.asdict(resolve_config(METHODS["sgd"], "digits")))
+    folder = write_run(tmp_path / "runs", "digits", method="sgd", budget=2.0, config=config, resolved=config)
+    record = json.loads((folder / records.RESULT).read_text())
+    blocks = record["metrics_by_block"]
+    edited(folder, {**record, "metrics_by_block": {**blocks, "blur": {**blocks["blur"], "total_variation": 0.0}}})
+    code, _, err = run_cli("verify", folder)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "metrics_by_block['blur']: claims total_variation = 0")
+
+
+def test_a_record_kept_alone_has_its_metrics_recomputed_from_the_re_execution(tmp_path, run_cli):
+    """A record without its predictions (as the shipped ones) names them by sha256; where the re-execution reproduces
+    them bit for bit, verify recomputes the record's metrics from them: an edited metric is NOT VERIFIED."""
+    out = tmp_path / "runs"
+    code, _, err = run_cli("--method", "sgd", "--budget", 1, "--task", "toy-gap", "--out", out, "--quiet",
+                           "--no-predictions")
+    assert code == 0, err
+    folder = out / "toy-gap" / "sgd" / "budget-1" / "seed-0"
+    code, text, _ = run_cli("verify", folder)
+    assert code == 0 and "every metric recomputed as recorded" in text
+    record = json.loads((folder / records.RESULT).read_text())
+    edited(folder, {**record, "metrics": {**record["metrics"], "w2": record["metrics"]["w2"] / 2}})
+    code, text, _ = run_cli("verify", folder)
+    assert code == 1 and "NOT VERIFIED" in text and "claims w2 =" in text
