@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 import typing
 from dataclasses import dataclass
@@ -243,8 +244,18 @@ class Approximator:
         return self._predictive
 
 
+TYPED_NUMBERS = {int: re.compile(r"[+-]?[0-9]+"),
+                 float: re.compile(r"[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)",
+                                   re.IGNORECASE)}
+"""How a setting's number is typed: ASCII digits with a sign, for a float a point and an exponent, or inf and nan
+(which the setting's interval then refuses, naming it); Python's ``int`` and ``float`` also take spaces, underscores
+and other scripts' digits."""
+
+
 def _parse(name: str, raw: str, kind, spelling: Spelling) -> object:
     try:
+        if kind in TYPED_NUMBERS and not TYPED_NUMBERS[kind].fullmatch(raw):
+            raise ValueError(raw)
         if kind is bool:
             if raw.lower() in ("1", "true", "yes"):
                 return True

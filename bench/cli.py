@@ -15,10 +15,11 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench.budget import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS, check_planned_epochs
+import bench
 from bench import entry, records
-from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, EXIT_METHOD, BenchError, ConfigError, FailedElsewhere,
-                          MethodFailed, describe_failure, terminal_text)
-from bench.records import SEED_LIMIT
+from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, EXIT_METHOD, EXIT_TERMINATED, BenchError, ConfigError,
+                          FailedElsewhere, MethodFailed, describe_failure, terminal_text)
+from bench.records import NUMBER, SEED_LIMIT, WHOLE_NUMBER
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
                "verify", "sweep")
@@ -50,11 +51,20 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _whole(text: str) -> int:
+    if not WHOLE_NUMBER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not a whole number written in digits: {text!r}")
+    return int(text)
+
+
+def _number(text: str) -> float:
+    if not NUMBER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not a number written in digits: {text!r}")
+    return float(text)
+
+
 def _budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _number(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of epochs, got {text!r}")
     if value > MAX_BUDGET_EPOCHS:
@@ -63,10 +73,7 @@ def _budget(text: str) -> float:
 
 
 def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    value = _whole(text)
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2^63), got {text}")
     return value
@@ -93,10 +100,7 @@ def _add_threads(parser, help: str = f"torch threads (default {DEFAULT_THREADS},
 
 def _epochs(text: str) -> float:
     """A positive, finite number of epochs (``--max-epochs``: NaN would compare as no bound at all)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _number(text)
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a positive, finite number of epochs, got {text!r}")
     return value
@@ -116,10 +120,7 @@ def _claimed_epochs(folders) -> float:
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
@@ -138,6 +139,11 @@ class _Once(argparse.Action):
 
 
 class _OneLineParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # An abbreviation could mean another option than the one typed (`check --seed 1` was `--seeds 1`, a count).
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def add_argument(self, *args, **kwargs):
         if args and args[0].startswith("-") and kwargs.get("action", "store") == "store" and "nargs" not in kwargs:
             kwargs["action"] = _Once
@@ -146,6 +152,20 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         # A subcommand's parser is named by its whole command line (`python -m bench reference generate`).
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def _sibling_hint(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """``; did you mean --seeds?`` for an unknown option close to one ``parser`` has (a prefix of it, or a near
+    spelling), since abbreviations are refused; empty if none is."""
+    import difflib
+
+    known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    for text in (u.split("=", 1)[0] for u in unknown if u.startswith("--") and len(u) > 2):
+        close = [flag for flag in known if flag.startswith(text)] or [
+            f"--{name}" for name in difflib.get_close_matches(text[2:], [k[2:] for k in known], n=1, cutoff=0.8)]
+        if close:
+            return f" ({text} is not an option here; did you mean {' or '.join(close)}?)"
+    return ""
 
 
 def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -166,6 +186,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=prog, description=(
         "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
         "Without a subcommand, `run` is assumed."))
+    parser.add_argument("--version", action="version", version=f"bdl-bench {bench.__version__}",
+                        help="print bdl-bench's version (every result record names it) and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
@@ -268,7 +290,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
 
     ref = sub.add_parser("reference", help="HMC reference posteriors")
     ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser,
-                                 metavar="{generate}")
+                                 metavar="{generate,diagnose}")
     gen = ref_sub.add_parser("generate", help="run HMC for a task and write its reference")
     gen.add_argument("--task", required=True, help="the embedded task whose reference to sample")
     gen.add_argument("--out", type=Path, default=Path("references"),
@@ -292,6 +314,17 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                            f"{DEFAULT_THREADS}, whatever OMP_NUM_THREADS says; --workers x --threads at most the "
                            f"usable cores); recorded in the reference's metadata")
     gen.add_argument("--quiet", action="store_true", help="no progress bars")
+    diagnose = ref_sub.add_parser("diagnose", help="recompute a reference's diagnostics, acceptance and noise floor "
+                                                   "from its evidence and compare them with its metadata")
+    _add_list(diagnose, "--task", dest="tasks", metavar="TASK",
+              help="the embedded tasks whose references to diagnose (default: every embedded task)")
+    diagnose.add_argument("--folder", type=Path, default=None,
+                          help="diagnose the reference `reference generate --out FOLDER` wrote there, not the "
+                               "shipped one")
+    diagnose.add_argument("--update", action="store_true",
+                          help="rewrite the metadata's figures from the evidence where they differ (after a change of "
+                               "how a figure is computed; the reference itself is untouched), and the registry's "
+                               "checksum of the shipped .json")
 
     db_help = "leaderboard database (default: $BDL_BENCH_DB, else the user's data folder)"
     submit = sub.add_parser("submit", help="re-score runs (or a competition zip) and add them to the leaderboard")
@@ -348,7 +381,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     check.add_argument("--workers", type=_positive_int, default=1,
                        help="processes measuring at once, each with --threads torch threads (default 1: in this "
                             "process); every run seeds itself, so the results are the same bits")
-    check.add_argument("--tolerance", type=float, default=None,
+    check.add_argument("--tolerance", type=_number, default=None,
                        help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
                             "family-wise false-alarm rate)")
     check.add_argument("--statistical", action="store_true",
@@ -678,11 +711,11 @@ def _cmd_methods(args) -> int:
         loaded = [(method, method_source(method) or "built-in") for method in map(get_method, wanted)]
     else:
         loaded = [(method, "built-in") for method in METHODS.values()]
-        for name, entry in sorted(installed_methods().items()):
+        for name, plugin in sorted(installed_methods().items()):
             try:
-                loaded.append((get_method(name), f"plugin {entry.value}"))
+                loaded.append((get_method(name), f"plugin {plugin.value}"))
             except (BenchError, MethodFailed) as error:  # one broken plugin must not hide the others
-                broken.append({"method": name, "source": f"plugin {entry.value}", "what": f"cannot be loaded: {error}"})
+                broken.append({"method": name, "source": f"plugin {plugin.value}", "what": f"cannot be loaded: {error}"})
     rows, settings = [], []
     for method, source in loaded:
         with users_code(method, "settings"):
@@ -708,6 +741,65 @@ def _cmd_methods(args) -> int:
 
 
 def _cmd_reference(args) -> int:
+    if args.reference_command == "diagnose":
+        return _cmd_reference_diagnose(args)
+    return _cmd_reference_generate(args)
+
+
+def _cmd_reference_diagnose(args) -> int:
+    """Every figure of each reference's metadata recomputed from its evidence: a table of its diagnostics against the
+    gold standard, its noise floor estimated from 2, 4 and 8 parts, and one line per figure the metadata states
+    otherwise (exit 1)."""
+    from bench.tasks import get_task
+    from reference import store
+    from reference.settings import REFERENCE_SETTINGS
+
+    names = args.tasks or list(REFERENCE_SETTINGS)
+    unknown = [name for name in names if name not in REFERENCE_SETTINGS]
+    if unknown:
+        raise ConfigError(f"reference diagnose reads the embedded tasks' references ({', '.join(REFERENCE_SETTINGS)}); "
+                          f"{', '.join(map(repr, unknown))} is not one of them")
+    if args.update:
+        for name in names:
+            for line in store.restate(get_task(name), args.folder):
+                print(f"{name}: rewrote {line}")
+    diagnoses, refused = [], []
+    for name in names:  # one reference that cannot be diagnosed does not hide the others
+        try:
+            diagnoses.append(store.diagnose(get_task(name), args.folder))
+        except BenchError as error:
+            refused.append(name)
+            print(f"error: {name}: {error}", file=sys.stderr)
+    rows, floors = [], []
+    for found in diagnoses:
+        gold = found.gold_standard
+        rows.append({"task": found.task, "chains x draws": f"{len(found.summary['step_sizes'])} x "
+                                                          f"{found.summary['kept_samples_per_chain']}",
+                     "acceptance": f"{found.summary['acceptance_rate']:.3f}",
+                     **{name: f"{gold[name]['value']:{'.4f' if name == 'max_split_rhat' else '.0f'}} "
+                              f"({'met' if gold[name]['met'] else 'short'}: "
+                              f"{gold[name]['limit']})" for name in gold},
+                     "figures agree": "yes" if not found.differences else f"NO ({len(found.differences)})"})
+        parts = found.summary["noise_floor_by_parts"]
+        for metric, value in found.summary["noise_floor"]["all"].items():
+            floors.append({"task": found.task, "metric": metric, "noise floor": f"{value:.4g}",
+                           **{f"from {k} parts": (f"{1 - parts[k]['disagreement']:.4g}" if metric == "agreement"
+                                                  else f"{parts[k][metric]:.4g}" if metric in parts[k] else "")
+                              for k in parts}})
+    print(_wrapped(rows, {}))
+    print()
+    print(_wrapped(floors, {}))
+    for found in diagnoses:
+        for line in found.differences:
+            print(f"{found.task}: {line}")
+    mismatched = [found.task for found in diagnoses if found.differences]
+    print(f"\n{len(diagnoses) - len(mismatched)} of {len(names)} references' metadata recomputed from their evidence"
+          + (f"; {', '.join(mismatched)} state figures their evidence does not give" if mismatched else "")
+          + (f"; {', '.join(refused)} could not be diagnosed (each named on stderr)" if refused else ""))
+    return 2 if refused else 1 if mismatched else 0
+
+
+def _cmd_reference_generate(args) -> int:
     from bench.records import check_writable
     from bench.runner import resolve_device
     from bench.sweep import check_executor
@@ -735,9 +827,10 @@ def _cmd_reference(args) -> int:
                                  progress=None if not args.quiet else False, checkpoints=args.checkpoints,
                                  workers=args.workers, threads=args.threads)
             meta = generated.metadata
-            rhat = meta["diagnostics"]["max_split_rhat"]
-            print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f}, "
-                  f"min bulk ESS {meta['diagnostics']['min_bulk_ess']:.0f}, {meta['compute_seconds']:.0f} s of sampling")
+            rhat = meta["generation_check"]["max_split_rhat"]
+            print(f"{task.name}: acceptance {meta['acceptance_rate']:.3f}, worst split R-hat {rhat:.4f} over every "
+                  f"test point ({meta['diagnostics']['max_split_rhat']:.4f} over the evidence's), min bulk ESS "
+                  f"{meta['diagnostics']['min_bulk_ess']:.0f}, {meta['compute_seconds']:.0f} s of sampling")
             print(f"noise floor: {meta['noise_floor']['all']}")
             if rhat > R_HAT_LIMIT:
                 raise BenchError(f"worst split R-hat {rhat:.4f} exceeds {R_HAT_LIMIT}: not writing the reference; "
@@ -747,12 +840,17 @@ def _cmd_reference(args) -> int:
                 print(f"against the shipped reference: {compare(task, generated.array, shipped.array)['all']}")
             except Exception as error:  # the shipped reference may legitimately be absent or stale here
                 print(f"no valid shipped reference to compare with ({error})")
-            entry = store.write_reference(folder, task.name, generated.key, generated.array, meta)
+            entry = store.write_reference(folder, task.name, generated.key, generated.array, meta, generated.evidence)
             if args.install:
                 store.register(task.name, entry)
     except KeyboardInterrupt:  # the checkpoints stay (the claim removes them only once the reference is written)
-        print(f"error: interrupted; each chain's progress is kept in {terminal_text(args.checkpoints / task.name)} (at most a minute "
-              f"of sampling per chain is lost): run the same command again to continue", file=sys.stderr)
+        kept = args.checkpoints / task.name
+        if any(kept.glob("chains-*.pt")):
+            print(f"{interrupted_line(None)}; each chain's progress is kept in {terminal_text(kept)} (at most a "
+                  f"minute of sampling per chain is lost): run the same command again to continue", file=sys.stderr)
+        else:
+            print(f"{interrupted_line(None)}; no chain had saved its progress yet (the first checkpoint comes within "
+                  "a minute), so nothing is kept: run the same command again to start", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(f"wrote {terminal_text(folder / (task.name + '.npz'))} (sha256 {entry['npz_sha256']})"
           + (" and updated the registry" if args.install else ""))
@@ -823,6 +921,7 @@ def _store(rows: list, db: Path | None) -> None:
 
 def _cmd_leaderboard(args) -> int:
     from leaderboard.render import render
+    from leaderboard.submission import with_current_floors
     from leaderboard.store import Store, default_db_path
     from bench.io import atomic_write_bytes, file_to_write
 
@@ -848,7 +947,7 @@ def _cmd_leaderboard(args) -> int:
         chosen = " ".join(f"{name} {', '.join(f'{v:g}' if isinstance(v, float) else v for v in values)}"
                           for name, values in (("task", tasks), ("budget", budgets)) if None not in values)
         raise BenchError(f"no runs on the leaderboard{' for ' + chosen if chosen else ''}")
-    text = render(rows, args.format)
+    text = render(with_current_floors(rows), args.format)
     if args.output:
         atomic_write_bytes(args.output, text.encode(), "the --output file")
         print(f"wrote {terminal_text(args.output)}")
@@ -925,16 +1024,25 @@ INTERRUPTED = {
 
 
 def interrupted_line(command: str | None) -> str:
-    """The one line of a command interrupted by Ctrl-C (or SIGTERM where the command stops on it)."""
+    """The one line of a command interrupted by Ctrl-C or terminated by SIGTERM."""
     left = INTERRUPTED.get(command)
-    return "error: interrupted" + (f"; {left}" if left else "")
+    return f"error: {'terminated (SIGTERM)' if entry.termination_arrived() else 'interrupted'}" \
+        + (f"; {left}" if left else "")
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line's one error boundary: every failure ends as one line on stderr and an exit code
     (:mod:`bench.errors`); ``--debug`` anywhere in ``argv`` (or ``BDL_BENCH_DEBUG=1``) lets it raise instead.
     Any failure after Ctrl-C arrived (:data:`bench.entry.interrupt_arrived`: a library that caught the interrupt
-    in the middle of an import fails later in its own way) is reported as the interrupt (exit 130)."""
+    in the middle of an import fails later in its own way) is reported as the interrupt (exit 130; 143 for SIGTERM,
+    which stops a command as Ctrl-C does)."""
+    with entry.command():
+        code = _bounded(argv)
+        return EXIT_TERMINATED if entry.termination_arrived() and code == EXIT_INTERRUPTED else code
+
+
+def _bounded(argv: list[str] | None) -> int:
+    """:func:`main`'s boundary."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command_line = " ".join([_program(), *map(shlex.quote, argv)])
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
@@ -976,12 +1084,13 @@ def _set_threads(threads: int) -> None:
 
 def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.Namespace) -> int:
     """Parses ``argv`` (into ``parsed``, which says the command to an interrupt's line) and runs its command."""
-    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv = ["run", *argv]
     parser = build_parser(_program())
     args, unknown = parser.parse_known_args(argv, namespace=parsed)
     if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
-        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+        innermost = _innermost(parser, args)
+        innermost.error(f"unrecognized arguments: {' '.join(unknown)}{_sibling_hint(innermost, unknown)}")
     args.command_line = command_line  # stored in every result record: how the run was asked for
     args.debug = debug  # with --debug a method that is not bdl-bench's runs in this process, for its traceback
     if args.command is None:

@@ -12,6 +12,7 @@ Exit codes (documented in the README):
   the method and what it raised (``--debug`` shows its traceback).
 - 70 (:data:`EXIT_INTERNAL`): a bug in bdl-bench; the line asks for a report with ``--debug``'s traceback.
 - 130 (:data:`EXIT_INTERRUPTED`): interrupted (Ctrl-C); finished runs are complete, the interrupted one unwritten.
+- 143 (:data:`EXIT_TERMINATED`): terminated by SIGTERM, which stops a command as Ctrl-C does (:mod:`bench.entry`).
 """
 
 import errno
@@ -24,6 +25,7 @@ EXIT_ENVIRONMENT = 3
 EXIT_METHOD = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 DEBUG_ENV = "BDL_BENCH_DEBUG"
 """Set to 1 (or pass ``--debug``) to see the traceback of a failure instead of its one line."""

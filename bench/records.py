@@ -131,10 +131,17 @@ def check_predictions_recorded(folder: Path, result: dict, predictions: np.ndarr
 
 
 def write_run(folder: Path, key: str, predictions: np.ndarray, result: dict, keep_predictions: bool = True) -> None:
-    """Writes the run's predictions (unless not ``keep_predictions``), then its record, each atomically."""
-    if keep_predictions:
+    """Writes the run's predictions (unless not ``keep_predictions``), then its record, each atomically; first checks
+    the record as it will be read back with the validator ``verify``, ``submit`` and ``export-submission`` read it by
+    (:func:`check_record`), so that what ``run`` writes they take (one it would refuse is a bug here, exit 70)."""
+    if keep_predictions:  # first: should the record be refused, the predictions are kept (the run stays unfinished)
         atomic_write_bytes(folder / PREDICTIONS, npz_bytes(**{key: predictions}))
-    atomic_write_bytes(folder / RESULT, json_bytes(result))
+    record = json_bytes(result)
+    try:
+        check_record(json.loads(record), Path(folder) / RESULT)
+    except DamagedFile as error:
+        raise RuntimeError(f"bdl-bench would write a run record its own validator refuses ({error})") from None
+    atomic_write_bytes(folder / RESULT, record)
 
 
 def read_result(folder: Path) -> dict:
@@ -165,6 +172,11 @@ METHOD_SOURCE = re.compile(r"\w+(\.\w+)*:(\w+|<locals>)(\.(\w+|<locals>))*")
 in a function, which ``run`` records too though it cannot be loaded again)."""
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+"""How a count, seed, budget or tolerance is typed on a command line: ASCII digits and a sign, for a number a point
+and an exponent, nothing else (Python's ``int`` and ``float`` also take spaces, underscores, other scripts' digits,
+nan and inf)."""
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),
@@ -258,8 +270,8 @@ def check_record(result: dict, path: Path) -> None:
         raise DamagedFile(f"{path}: task_version {shown(result['task_version'])} lies outside [0, 2^31)")
     check_budget_range(result["budget"], str(path))
     epochs_used, test_passes = result["epochs_used"], result["test_passes"]
-    if not (finite_number(epochs_used) and 0 < epochs_used <= result["budget"]):
-        raise DamagedFile(f"{path}: claims {shown(epochs_used)} epochs used, outside (0, {result['budget']:g}], the "
+    if not (finite_number(epochs_used) and 0 <= epochs_used <= result["budget"]):  # 0: a method that read no data
+        raise DamagedFile(f"{path}: claims {shown(epochs_used)} epochs used, outside [0, {result['budget']:g}], the "
                           "budget's limit")
     if not (finite_number(test_passes) and test_passes >= 0):
         raise DamagedFile(f"{path}: test_passes must be a non-negative number, got {shown(test_passes)}")
@@ -283,6 +295,12 @@ def check_record(result: dict, path: Path) -> None:
     if change is not None and not printable(change, MAX_ARCHITECTURE_CHANGE_CHARS):
         raise DamagedFile(f"{path}: architecture_change must be null or 1 to {MAX_ARCHITECTURE_CHANGE_CHARS} "
                           "printable characters")
+    blocks = {"metrics": result["metrics"], **{f"metrics_by_block[{name!r}]": values
+                                              for name, values in result["metrics_by_block"].items()}}
+    for where, values in blocks.items():
+        if not isinstance(values, dict) or not all(printable(name, MAX_NAME_CHARS) and finite_number(value)
+                                                   for name, value in values.items()):
+            raise DamagedFile(f"{path}: {where} must map metric names to finite numbers")
     digest = result.get("predictions_sha256")
     if digest is not None and not (isinstance(digest, str) and SHA256_HEX.fullmatch(digest)):
         raise DamagedFile(f"{path}: predictions_sha256 must be null or 64 lowercase hexadecimal digits")

@@ -160,18 +160,20 @@ def feasible(runs: list[PlannedRun], cache: Path | None = None) -> tuple[list[Pl
 
 @contextlib.contextmanager
 def _terminate_as_interrupt():
-    """SIGTERM (a scheduler's stop, ``kill``) ends the sweep like Ctrl-C: the workers are stopped, not orphaned."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+    """SIGTERM (a scheduler's stop, ``kill``) ends the sweep like Ctrl-C, from the Python API too: the workers are
+    stopped, not orphaned (the command line says so with exit code 143). Only where SIGTERM would otherwise end the
+    process at once (its default): a handler the host program set, or an ignored SIGTERM, is left as it is."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:  # only the main thread may set handlers
         yield
         return
+    from bench.entry import on_sigterm
 
-    def interrupt(_signum, _frame):
-        raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def check_executor(executor: str, workers: int | None, threads: int, ray_address: str | None,

@@ -79,7 +79,7 @@ def method_run(task: Task, method: str, device: torch.device, scale: int = 1) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=512)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))

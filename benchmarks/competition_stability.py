@@ -42,7 +42,7 @@ def trains(method: str, task_name: str, rows: int, seed: int, lr: float | None =
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

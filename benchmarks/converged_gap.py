@@ -319,7 +319,7 @@ def elbo(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     where = parser.add_subparsers(dest="where", required=True)
     on_linear = where.add_parser("linear")
     on_linear.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))

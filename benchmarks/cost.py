@@ -98,7 +98,7 @@ def hmc_gradients_per_second(task, n_chains: int, evaluations: int = 200) -> flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=10, help="epochs charged per method measurement")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--methods", nargs="+", choices=list(MEASURED), default=list(MEASURED))

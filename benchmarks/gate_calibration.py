@@ -22,25 +22,29 @@ from leaderboard import gate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--sets", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=None, help="seeds per set (default: as many as the baseline's)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=Path(__file__).parent / "baseline.json")
+    parser.add_argument("--method", nargs="+", default=[], dest="methods", metavar="SOURCE",
+                        help="methods of one's own the baseline loads from package.module:ClassName, which a baseline "
+                             "never imports unless named here (as `check --method`)")
     args = parser.parse_args()
     if min(args.sets, args.workers, 1 if args.seeds is None else args.seeds) < 1:
         parser.error(f"--sets, --seeds and --workers must be at least 1, got --sets {args.sets} --seeds {args.seeds} "
                      f"--workers {args.workers}")
     try:
-        print(calibration(args.baseline, args.sets, args.seeds, args.workers))
+        print(calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods))
     except BenchError as error:  # a damaged baseline or a failed run: one line, as the CLI reports it
         parser.exit(1, f"error: {error}\n")
 
 
-def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int) -> str:
+def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int, methods: list[str] | None = None) -> str:
     baseline = gate.load_baseline(path)
     config = baseline["configuration"]
     sources = gate.baseline_sources(baseline)
+    gate.vet_sources(sources, list(sources), path, methods)
     held = len(config["seeds"])
     n = seeds_per_set or held
     rows = []

@@ -170,7 +170,7 @@ def bare_jax_gradient_ms(task, dtype: str, repeats: int, calls: int = 100) -> fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"])
     parser.add_argument("--chains", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])

@@ -20,7 +20,7 @@ from bench.tasks import task_names
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), help="built-in or plugin methods")
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     parser.add_argument("--settings", action="store_true", help="also probe the grid of non-default settings")

@@ -96,7 +96,7 @@ def measure(name: str, rows: int, repeats: int, structure: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["digits", "digits-cnn", "digits-lstm", "dermamnist", "imdb",
                                                         "cifar10"], choices=task_names() + list(SPECS))
     parser.add_argument("--rows", type=int, default=512)

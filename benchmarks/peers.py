@@ -571,7 +571,7 @@ def epochs_and_repeats(parser: argparse.ArgumentParser, args, full: dict) -> tup
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["digits", "digits-cnn", "dermamnist"],
                         choices=["digits", "digits-cnn", "dermamnist"])
     parser.add_argument("--epochs", type=int, help=f"epochs per run (default {FULL['epochs']})")

@@ -34,7 +34,7 @@ def fastest(step, repeats: int, device: torch.device) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")

@@ -46,7 +46,7 @@ def seconds_per_draw(task, draws: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=task_names())
     parser.add_argument("--draws", type=int, default=30)
     args = parser.parse_args()

@@ -334,7 +334,7 @@ def sides_of(case: str, task, epochs: int) -> tuple[dict[str, Callable], str, di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--models", nargs="+", choices=["digits", "digits-cnn", "dermamnist", "toy-gap"],
                         help="only these of each case's models")

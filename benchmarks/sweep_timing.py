@@ -88,7 +88,7 @@ def ray_head() -> tuple[str, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["sgd", "de"])
     parser.add_argument("--tasks", nargs="+", default=["toy-gap", "diabetes-gap", "digits"])
     parser.add_argument("--budgets", nargs="+", default=["5", "10"])

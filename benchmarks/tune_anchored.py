@@ -87,7 +87,7 @@ def tune(task_name: str, trials: int, seed: int) -> tuple[dict, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())

@@ -231,7 +231,7 @@ def scores_on_split(method: str, task_name: str, budget: float, seed: int, facto
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi", "mc-dropout"])
     parser.add_argument("--budget", type=float, nargs="+", default=[100.0],
                         help="budgets to score at; with several, the lowest mean NLL over them wins")

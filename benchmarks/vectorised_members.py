@@ -40,7 +40,7 @@ def seconds(task, method: str, budget: float, overrides: dict[str, str]) -> floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20, help="epochs per member")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", nargs="+", default=list(PAIRS), choices=list(PAIRS))

@@ -192,10 +192,9 @@ def budget_options(texts: list[str] | None) -> dict[str, float]:
     budgets: dict[str, float] = {}
     for text in texts or []:
         method, _, epochs = text.rpartition("=")
-        try:
-            value = float(epochs)
-        except ValueError:
-            raise BenchError(f"--budget {text}: write EPOCHS (every method) or METHOD=EPOCHS") from None
+        if not records.NUMBER.fullmatch(epochs):
+            raise BenchError(f"--budget {text}: write EPOCHS (every method) or METHOD=EPOCHS, the epochs in digits")
+        value = float(epochs)
         if method in budgets:
             raise BenchError(f"--budget given twice for {method or 'every method'}")
         budgets[method] = _checked_budget(value, f"--budget {text}")
@@ -451,11 +450,11 @@ def _check_configuration(baseline: dict, path: Path) -> None:
         raise refuse(f"its seeds must be distinct whole numbers in [0, 2^63), at least one; got {str(seeds)[:80]}")
     if len(seeds) <= STD_DDOF:
         raise refuse(f"it has {len(seeds)} seed(s); a standard deviation needs at least {STD_DDOF + 1}")
-    for field in ("methods", "tasks"):
-        names = configuration.get(field)
+    for listed in ("methods", "tasks"):
+        names = configuration.get(listed)
         if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)
                 and len(set(names)) == len(names)):
-            raise refuse(f"its {field} must be a non-empty list of distinct names")
+            raise refuse(f"its {listed} must be a non-empty list of distinct names")
     unnamed = [name for name in configuration["methods"] if not METHOD_NAME.fullmatch(name)]
     if unnamed:
         raise refuse(f"{shown(unnamed[0])} is not a method's name")
@@ -704,6 +703,17 @@ def baseline_sources(baseline: dict) -> dict[str, str]:
     return {name: baseline["configuration"].get("sources", {}).get(name, name) for name in baseline["results"]}
 
 
+def vet_sources(sources: dict[str, str], methods: list[str], path: Path, trusted: list[str] | None = None) -> None:
+    """A baseline is a file anyone can edit, and it never chooses code to import: of the ``methods`` about to run, one
+    whose source names a module (``package.module:ClassName``) is refused in one line, before anything is imported,
+    unless the user's command line names it too (``trusted``: ``check --method`` as typed)."""
+    for name in methods:
+        source = sources[name]
+        if ":" in source and source not in (trusted or []):
+            raise BenchError(f"{path} gates the method {name!r} from {source}, code the file names; a baseline never "
+                             f"chooses code to import: if you trust that code, pass --method {source}")
+
+
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False,
           max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1,
@@ -723,7 +733,9 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
             raise BenchError(f"--seeds {seeds}: {path} holds {held} seeds; a check reruns at most those")
     sources = baseline_sources(baseline)
     aliases = {**{source: name for name, source in sources.items()}, **{name: name for name in sources}}
+    trusted = methods
     methods = _subset([aliases.get(m, m) for m in methods or []], list(baseline["results"]), "method", path)
+    vet_sources(sources, methods, path, trusted)
     tasks = _subset(tasks, configuration["tasks"], "task", path)
     for method in methods:
         _load_gated(path, method, sources[method])

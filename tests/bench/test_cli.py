@@ -417,3 +417,59 @@ def test_the_command_line_starts_without_importing_scikit_learn_or_scipy_stats()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _every_parser(parser):
+    """Every parser of the command line: the top one and each (sub)subcommand's."""
+    import argparse
+
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _every_parser(sub)
+
+
+def test_no_option_of_any_command_is_taken_by_an_abbreviation(run_cli, tmp_path):
+    """An abbreviation could mean another option than the one typed: `check --seed 1` was `--seeds 1` (a count, not a
+    seed) and `--quie` was `--quiet`. Every parser of the command line refuses abbreviations."""
+    from bench.cli import build_parser
+
+    parsers = list(_every_parser(build_parser()))
+    assert len(parsers) > 10 and all(parser.allow_abbrev is False for parser in parsers)
+    for command in (("sweep", "--method", "sgd", "--budget", "1", "--work", "2", "--out", tmp_path),
+                    ("leaderboard", "--form", "csv"), ("reference", "diagnose", "--tas", "toy-gap")):
+        code, _, err = run_cli(*command)
+        assert code == 2 and "unrecognized arguments" in err, command
+
+
+def test_an_unknown_option_names_its_sibling(run_cli):
+    code, _, err = run_cli("check", "--seed", "1", "--baseline", "b.json")
+    assert code == 2 and err.count("\n") == 1 and "did you mean --seeds?" in err
+    code, _, err = run_cli("--method", "sgd", "--budget", "1", "--quie")
+    assert code == 2 and "did you mean --quiet?" in err
+
+
+def test_version_prints_the_version_every_record_names(run_cli):
+    import bench
+
+    code, out, _ = run_cli("--version")
+    assert code == 0 and out.strip() == f"bdl-bench {bench.__version__}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "sgd", "--budget", "1_0"], "not a number written in digits: '1_0'"),
+    (["--method", "sgd", "--budget", " 10"], "not a number written in digits"),
+    (["--method", "sgd", "--budget", "10", "--seed", "\u0663"], "not a whole number written in digits"),
+    (["--method", "sgd", "--budget", "10", "--seed", "1_0"], "not a whole number written in digits"),
+    (["sweep", "--method", "sgd", "--budget", "1", "--workers", " 2"], "not a whole number written in digits"),
+    (["check", "--baseline", "b.json", "--tolerance", "nan"], "not a number written in digits"),
+    (["check", "--update", "--baseline", "b.json", "--budget", "sgd=1_0"], "the epochs in digits"),
+    (["--method", "sgd", "--budget", "1", "--set", "lr=1_0"], "expected a value of type float"),
+    (["--method", "sgd", "--budget", "1", "--set", "batch_size= 8"], "expected a value of type int"),
+])
+def test_numbers_are_typed_in_digits(args, message, tmp_path, run_cli):
+    """Python's int and float take spaces, underscores and other scripts' digits: `--seed ' 1'` and `1_0` were
+    accepted as seeds and budgets."""
+    code, _, err = run_cli(*args, *(["--out", tmp_path] if args[0] != "check" else []))
+    assert code == 2 and message in err and err.count("\n") == 1, err

@@ -5,6 +5,7 @@ import sys
 import types
 
 import numpy as np
+import pytest
 import torch
 
 from approximators import METHODS
@@ -91,3 +92,38 @@ def test_the_record_names_the_checkout_as_it_was_when_the_run_started(tmp_path, 
     monkeypatch.setattr(runner, "fit_and_predict", edited_meanwhile)
     record = run(RunSpec(task="toy-gap", method="sgd", budget=1, seed=0, out=tmp_path))
     assert state["dirty"] and record["git"] == {"commit": "0" * 40, "dirty": False}
+
+
+def test_what_run_writes_submit_takes_even_after_no_epoch(tmp_path, monkeypatch, run_cli):
+    """A method that reads no training data finishes with epochs_used 0: run wrote it and submit refused it ("claims
+    0.0 epochs used, outside (0, 2]"). One validator now checks the record before run writes it."""
+    from approximators.base import PredictiveAccumulator
+    from approximators.training import initial_members
+
+    calls = []
+
+    def fit(self, problem, data, generator):  # the initial network's predictive: no training datum read
+        calls.append(data.meter.epochs_used)
+        accumulator = PredictiveAccumulator(problem, 1, generator)
+        accumulator.add(initial_members(problem.model_factory, [0]))
+        self._predictive = accumulator.result()
+
+    monkeypatch.setattr(FrameSearchingMAP, "fit", fit)
+    monkeypatch.setitem(METHODS, "sgd", FrameSearchingMAP)
+    result = run(RunSpec(task="toy-gap", method="sgd", budget=2, out=tmp_path))
+    assert calls == [0.0] and result["epochs_used"] == 0
+    folder = tmp_path / "toy-gap" / "sgd" / "budget-2" / "seed-0"
+    code, _, err = run_cli("submit", folder, "--db", tmp_path / "board.sqlite", "--name", "m")
+    assert code == 0, err
+
+
+def test_a_record_its_own_validator_would_refuse_is_never_written(tmp_path, monkeypatch):
+    """The record is checked as verify and submit read it back before it is written: a record run would write and
+    they refuse is a bug here, exit 70, and the folder stays unfinished (its predictions kept)."""
+    from bench import records
+
+    monkeypatch.setattr(records, "SEED_LIMIT", 0)  # as if run wrote a field the validator no longer takes
+    with pytest.raises(RuntimeError, match="its own validator refuses"):
+        run(RunSpec(task="toy-gap", method="sgd", budget=1, out=tmp_path))
+    folder = tmp_path / "toy-gap" / "sgd" / "budget-1" / "seed-0"
+    assert not (folder / records.RESULT).exists() and (folder / records.PREDICTIONS).exists(), "predictions kept"

@@ -260,6 +260,8 @@ def test_a_stopped_sweep_leaves_no_half_run_and_resumes_to_a_clean_sweeps_result
             os.killpg(sweep.pid, signal.SIGKILL)
     if stop == "SIGKILL to the sweep":
         assert sweep.returncode == -signal.SIGKILL
+    elif stop == "SIGTERM to the sweep":
+        assert_one_line(sweep.returncode, err, 143, "terminated (SIGTERM)", "run the same command again")
     else:
         assert_one_line(sweep.returncode, err, EXIT_INTERRUPTED, "interrupted", "run the same command again")
     assert not any((f / records.RESULT).exists() for f in in_flight)

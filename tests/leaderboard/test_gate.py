@@ -14,9 +14,12 @@ import pytest
 
 from approximators.map import MAP_DEFAULTS
 from bench.budget import MeteredData
+from bench.errors import BenchError
 from bench.tasks import DEFAULT_TASKS, EMBEDDED
 from leaderboard import gate
 from tests.reliability.test_error_boundary import assert_one_line
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BASELINE = Path(__file__).parents[2] / "benchmarks" / "baseline.json"
 SUBSET = ("--method", "de", "--task", "toy-gap")
@@ -306,10 +309,8 @@ def test_a_user_method_is_gated_with_the_budget_and_settings_its_baseline_stores
     assert configuration["budgets"] == {"pair": 4.0} and content["runs"]["pair"]["toy-gap"]["epochs_used"] == [4.0] * 2
     assert configuration["settings"] == {"pair": {"lr": "0.02"}}
     assert content["commands"][0].endswith(f"--method {user_method} --task toy-gap --seeds 2 --budget 4 --set lr=0.02")
-    code, out, err = run_cli("check", "--baseline", path)  # reruns the stored budget and settings, or moves
-    assert code == 0 and "check passed (exact)" in out, out + err
-    code, out, _ = run_cli("check", "--baseline", path, "--method", user_method)  # named as the update named it
-    assert code == 0 and "check passed (exact)" in out
+    code, out, err = run_cli("check", "--baseline", path, "--method", user_method)  # named as the update named it
+    assert code == 0 and "check passed (exact)" in out, out + err  # reruns the stored budget and settings, or moves
 
     defaults = tmp_path / "defaults.json"
     assert _update(run_cli, defaults, "--method", user_method, "--budget", "4")[0] == 0
@@ -325,7 +326,7 @@ def test_budgets_and_settings_per_method_and_the_methods_they_name(tmp_path, run
     configuration = json.loads(path.read_text())["configuration"]
     assert configuration["budgets"] == {"sgd": 3.0, "pair": 4.0}
     assert configuration["settings"] == {"sgd": {}, "pair": {"min_lr": "0.001"}}
-    assert run_cli("check", "--baseline", path)[0] == 0
+    assert run_cli("check", "--baseline", path, "--method", "sgd", user_method)[0] == 0
 
     named = tmp_path / "named.json"
     code, _, err = _update(run_cli, named, "--budget", f"{PAIR}=4")
@@ -347,10 +348,34 @@ def test_a_method_the_baseline_gates_but_cannot_load_is_one_line(tmp_path, run_c
     assert _update(run_cli, path, "--method", user_method, "--budget", "2")[0] == 0
     sys.path.remove(str(tmp_path / "site"))
     sys.modules.pop("gate_user.methods"), sys.modules.pop("gate_user")
-    code, _, err = run_cli("check", "--baseline", path)
+    code, _, err = run_cli("check", "--baseline", path, "--method", user_method)
     assert_one_line(code, err, 2, f"{path} gates the method 'pair', which cannot be loaded here",
                     "cannot import gate_user.methods", "install the package that provides it")
     sys.path.insert(0, str(tmp_path / "site"))  # for the fixture's teardown
+
+
+def test_a_baseline_never_chooses_code_to_import(tmp_path, run_cli, user_method):
+    """A baseline is a file anyone can edit: one that names a module (`package.module:ClassName`) is refused before
+    the module is imported, unless the command line names it too; the calibration script refuses it alike."""
+    import importlib.util
+    import sys
+
+    path = tmp_path / "mine.json"
+    assert _update(run_cli, path, "--method", user_method, "--budget", "2")[0] == 0
+    content = json.loads(path.read_text())
+    side_effect = tmp_path / "imported"
+    (tmp_path / "site" / "gate_evil.py").write_text(f"open({str(side_effect)!r}, 'w').close()\n"
+                                                     "from gate_user.methods import Pair\n")
+    content["configuration"]["sources"]["pair"] = "gate_evil:Pair"
+    path.write_text(json.dumps(content))
+    code, _, err = run_cli("check", "--baseline", path)
+    assert_one_line(code, err, 2, "a baseline never chooses code to import", "pass --method gate_evil:Pair")
+    spec = importlib.util.spec_from_file_location("calibration", ROOT / "benchmarks" / "gate_calibration.py")
+    calibration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibration)
+    with pytest.raises(BenchError, match="a baseline never chooses code to import"):
+        calibration.calibration(path, 1, 1, 1)
+    assert not side_effect.exists() and "gate_evil" not in sys.modules
 
 
 @pytest.mark.parametrize("options, message", [
