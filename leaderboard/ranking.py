@@ -45,7 +45,13 @@ FLOOR_RULE = ("within floor: on no primary metric is the seeds' mean worse than 
               "distance an independent run of the reference's sampler, as long and as autocorrelated but exact, is "
               f"expected to score) by a one-sided t-test at level {1 - CONFIDENCE:.0%}, so the seeds cannot tell the "
               "entry from such a run (one seed: not tested)")
+VERIFIED_RULE = ("verified: how many seeds were re-executed under the meter and reproduced (`submit --verify`), and how "
+                 "each was compared: bitwise where what decides round-off was the run's, else cross-environment "
+                 "(against two seeds' distance, to round-off, or statistically against re-executed seeds); shipped "
+                 "entries are records alone, which `python -m bench verify leaderboard/shipped` re-executes")
 """The rules above in words, for the tables' explanations and the JSON document."""
+VERIFIED_HOW_UNKNOWN = "how not recorded"
+"""The comparison of a run verified before the database recorded how (schema version 5)."""
 ROUND_OFF = 1e-12
 """Two means closer than this x max(1, |mean|) are one number summed in two ways (``[0.1] * 3`` averages to
 0.1 + 1.4e-17), not a difference a test could find."""
@@ -141,6 +147,9 @@ class Entry:
     reliability: list[dict] = field(default_factory=list)
     verified: int = 0
     """How many of the entry's seeds were re-executed and reproduced (``submit --verify``)."""
+    verified_how: dict[str, int] = field(default_factory=dict)
+    """Of those, how many were compared each way (:class:`bench.verify.Verification`'s mode; ``not recorded`` for
+    a run verified before the database kept it)."""
     architecture_change: str | None = None
     """How the method changed the task's network (it then approximates another posterior than the reference's)."""
     shares_method: bool = False
@@ -186,6 +195,9 @@ class Entry:
         if row.reliability is not None:
             self.reliability.append(row.reliability)
         self.verified += row.verified
+        if row.verified:
+            how = row.verification or VERIFIED_HOW_UNKNOWN
+            self.verified_how[how] = self.verified_how.get(how, 0) + 1
 
 
 @dataclass

@@ -45,6 +45,7 @@ from leaderboard.ranking import (
     PRIMARY,
     RANK_RULE,
     STD_DDOF,
+    VERIFIED_RULE,
     Entry,
     Standing,
     Track,
@@ -142,13 +143,26 @@ def floor_text(within: bool | None) -> str:
     return "n/a" if within is None else ("yes" if within else "no")
 
 
+def verified_text(entry: Entry) -> str:
+    """``3/3 bitwise``: the seeds re-executed and reproduced, and how each was compared (``records alone`` for a
+    shipped entry, which the board does not re-execute)."""
+    shown = f"{entry.verified}/{len(entry.seeds)}"
+    if entry.source == "shipped" and not entry.verified:
+        return f"{shown}, records alone"
+    how = sorted(entry.verified_how.items())
+    if len(how) == 1:
+        return f"{shown} {how[0][0]}"
+    return shown + "".join(f"; {count} {mode}" for mode, count in how)
+
+
 def _optional_mean(values: list[float]) -> float | None:
     return mean_std(values)[0] if values else None
 
 
 def _explanation(kind: str) -> str:
     return (f"Ranked by {primary_description(kind)}. Each value is {INTERVAL_RULE}; the seed count is in the seeds "
-            f"column. {RANK_RULE[0].upper()}{RANK_RULE[1:]}. {FLOOR_RULE[0].upper()}{FLOOR_RULE[1:]}. The first row "
+            f"column. {RANK_RULE[0].upper()}{RANK_RULE[1:]}. {FLOOR_RULE[0].upper()}{FLOOR_RULE[1:]}. "
+            f"{VERIFIED_RULE[0].upper()}{VERIFIED_RULE[1:]}. The first row "
             "is the reference's noise floor: the distance an independent run of the reference's sampler, as long and "
             "as autocorrelated but exact, is expected to score against the reference")
 
@@ -166,7 +180,7 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
                      **{quote(m): estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
                      "within floor": floor_text(entry.within_floor),
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
-                     "verified": f"{entry.verified}/{len(entry.seeds)}",
+                     "verified": quote(verified_text(entry)),
                      "wall s": "" if wall is None else f"{wall:.1f}",
                      "device": ", ".join(quote(d) for d in sorted(entry.devices)),
                      "submitted by": ", ".join(quote(s) for s in sorted(entry.submitters))})
@@ -315,6 +329,7 @@ def as_json(all_tracks: list[Track]) -> str:
         "interval": f"ci: {INTERVAL_RULE}",
         "rank_rule": RANK_RULE,
         "noise_floor_rule": FLOOR_RULE,
+        "verified_rule": VERIFIED_RULE,
         "ranked_by": {kind: list(metrics) for kind, metrics in PRIMARY.items()},
         "summary": _summary_json(standings(all_tracks)),
         "tracks": [{
@@ -328,6 +343,7 @@ def as_json(all_tracks: list[Track]) -> str:
                 "metrics_by_block": {block: {m: _statistics(values) for m, values in metrics.items()}
                                      for block, metrics in e.metrics_by_block.items()},
                 "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
+                "verified_how": e.verified_how,
                 "wall_seconds_mean": _optional_mean(e.wall_seconds), "devices": sorted(e.devices),
                 "submitters": sorted(e.submitters), "notes": sorted(e.notes),
             } for e in t.entries],
@@ -359,8 +375,8 @@ def as_csv(all_tracks: list[Track]) -> str:
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
     header = ["section", "task", "task_version", "budget", "block", "rank", "tied", "method", "label", "config_hash",
               "architecture_change", "seeds", "seed_ids", *[f"{m}_{stat}" for m in names for stat in STATISTICS],
-              "within_noise_floor", "epochs_used_mean", "verified_seeds", "wall_seconds_mean", "devices",
-              "submitters", "notes", *SUMMARY_COLUMNS]
+              "within_noise_floor", "epochs_used_mean", "verified_seeds", "verified_how", "wall_seconds_mean",
+              "devices", "submitters", "notes", *SUMMARY_COLUMNS]
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow([csv_text(name) for name in header])
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC, restval="")
@@ -391,6 +407,8 @@ def as_csv(all_tracks: list[Track]) -> str:
                        "seeds": len(e.seeds), "seed_ids": ";".join(str(seed) for seed in e.seeds), **cells,
                        "within_noise_floor": _flag(e.within_floor),
                        "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
+                       "verified_how": ";".join(f"{csv_text(mode)}: {count}"
+                                                for mode, count in sorted(e.verified_how.items())),
                        "wall_seconds_mean": _optional_mean(e.wall_seconds),
                        "devices": ";".join(csv_text(d) for d in sorted(e.devices)),
                        "submitters": ";".join(csv_text(s) for s in sorted(e.submitters)),

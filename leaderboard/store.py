@@ -99,6 +99,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN label TEXT
     """,
+    # 4 -> 5: how `submit --verify` compared the re-execution (bench.verify's mode), NULL where not recorded.
+    """
+    ALTER TABLE runs ADD COLUMN verification TEXT
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -149,6 +153,9 @@ class RunRow:
     metrics: dict[str, dict[str, float]]
     verified: bool = False
     """Re-executed under the meter and reproduced (``submit --verify``)."""
+    verification: str | None = None
+    """How the re-execution was compared with the run (:class:`bench.verify.Verification`'s mode: ``bitwise``,
+    ``cross-environment``, ...); None where the run was not verified, or was verified before schema version 5."""
     architecture_change: str | None = None
     """How the method changed the task's network, so that it approximates another posterior (None: unchanged)."""
     label: str | None = None
@@ -258,7 +265,7 @@ class Store:
         with self._write() as db:
             for row in rows:
                 stored = db.execute(
-                    "SELECT predictions_sha256, id, verified, label FROM runs WHERE task = ? AND task_version = ? "
+                    "SELECT predictions_sha256, id, verified, label, verification FROM runs WHERE task = ? AND task_version = ? "
                     "AND method = ? AND budget = ? AND seed = ? AND reference_sha256 = ? AND config_hash = ?",
                     row.key).fetchone()
                 if stored is not None:
@@ -269,8 +276,9 @@ class Store:
                         raise StoreError(f"{row.describe()} (config {row.config_hash[:12]}) is already on the "
                                          f"leaderboard {_labelled(stored[3])}, submitted now "
                                          f"{_labelled(row.label)}; a run keeps the label it was first submitted with")
-                    if row.verified and not stored[2]:  # the same predictions, now re-executed: mark them
-                        db.execute("UPDATE runs SET verified = 1 WHERE id = ?", (stored[1],))
+                    if row.verified and not (stored[2] and stored[4]):  # the same predictions, now re-executed
+                        db.execute("UPDATE runs SET verified = 1, verification = ? WHERE id = ?",
+                                   (row.verification or stored[4], stored[1]))
                     present.append(row)
                     continue
                 _check_label(db, row)
@@ -278,14 +286,15 @@ class Store:
                     "INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
                     "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
                     "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
-                    "submitter, notes, finished_at, submitted_at, verified, architecture_change, label) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "submitter, notes, finished_at, submitted_at, verified, architecture_change, label, "
+                    "verification) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                    "?, ?)",
                     (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
                      row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
                      row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
                      _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
                      row.notes, row.finished_at, row.submitted_at, int(row.verified),
-                     row.architecture_change, row.label)).lastrowid
+                     row.architecture_change, row.label, row.verification if row.verified else None)).lastrowid
                 db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
                                [(run_id, block, name, value) for block, values in row.metrics.items()
                                 for name, value in values.items()])
@@ -538,4 +547,5 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         # read without migrating: a database of an older schema lacks the columns that later versions added
         verified=bool(record["verified"]) if "verified" in record.keys() else False,
         architecture_change=record["architecture_change"] if "architecture_change" in record.keys() else None,
-        label=record["label"] if "label" in record.keys() else None)
+        label=record["label"] if "label" in record.keys() else None,
+        verification=record["verification"] if "verification" in record.keys() else None)

@@ -327,12 +327,14 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     check_submitter(submitter, notes)
     run = checked_run(folder, cache, needs="submitting (which re-scores the predictions)")
     result, task, reference, predictions = run.result, run.task, run.reference, run.predictions
+    how = None
     if verify:
         from bench.verify import verify as re_execute
 
         verification = re_execute(folder, cache, verify_method, isolate, isolations)
         if not verification.passed:
             raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
+        how = verification.mode
     return RunRow(
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
@@ -342,8 +344,8 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=run.scored, verified=verify, architecture_change=result.get("architecture_change"),
-        label=result.get("label"))
+        submitted_at=_now(), metrics=run.scored, verified=verify, verification=how,
+        architecture_change=result.get("architecture_change"), label=result.get("label"))
 
 
 def _safe_member_name(name: str, archive: Path) -> str:

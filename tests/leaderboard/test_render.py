@@ -322,3 +322,39 @@ def test_several_tasks_and_budgets_after_one_flag_select_their_tracks(board, run
     assert {(t["task"], t["budget"]) for t in json.loads(out)["tracks"]} == {("digits", 10), ("digits", 100)}
     code, _, err = run_cli("leaderboard", "--task", "diabetes-gap", "uci-gap", "--budget", "10", "20")
     assert code == 2 and "no runs on the leaderboard for task diabetes-gap, uci-gap budget 10, 20" in err
+
+
+def test_the_verified_column_says_how_each_seed_was_verified_and_that_shipped_entries_are_records_alone(tmp_path):
+    from leaderboard.render import verified_text
+    from leaderboard.store import RunRow
+
+    def run(seed, verification=None, source="run"):
+        return RunRow(task="toy-gap", task_version=1, task_fingerprint="f", task_kind="regression", method="de",
+                      budget=10.0, seed=seed, reference_sha256="r", config_hash="c", config={}, source=source,
+                      predictions_sha256=f"p{seed}", epochs_used=10.0, test_passes=1.0, wall_seconds=1.0,
+                      device="cpu", versions={}, noise_floor=None, reliability=None, submitter="alice", notes="",
+                      finished_at=None, submitted_at="now", metrics={"all": {"w1": 0.1 * seed + 0.1, "w2": 0.2}},
+                      verified=verification is not None, verification=verification)
+
+    def entry(rows):
+        found = ranking.Entry("de", "c", {}, rows[0].source)
+        for row in rows:
+            found.add(row)
+        return found
+
+    assert verified_text(entry([run(0, "bitwise"), run(1, "bitwise")])) == "2/2 bitwise"
+    assert verified_text(entry([run(0, "bitwise"), run(1, "cross-environment"), run(2, "bitwise"), run(3)])) \
+        == "3/4; 2 bitwise; 1 cross-environment"
+    assert verified_text(entry([run(0), run(1)])) == "0/2"
+    assert verified_text(entry([run(s, source="shipped") for s in range(3)])) == "0/3, records alone"
+    with Store(tmp_path / "db.sqlite") as db:
+        db.insert([run(0, "bitwise"), run(1, "cross-environment, round-off"), run(2)])
+        rows = db.runs()
+    document = json.loads(render(rows, "json"))
+    (shown,) = document["tracks"][0]["entries"]
+    assert shown["verified_seeds"] == 2
+    assert shown["verified_how"] == {"bitwise": 1, "cross-environment, round-off": 1}
+    assert "verified: how many seeds" in document["verified_rule"]
+    line = next(r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["method"] == "de")
+    assert line["verified_how"] == "bitwise: 1;cross-environment, round-off: 1"
+    assert "2/3; 1 bitwise; 1 cross-environment, round-off" in render(rows, "md")

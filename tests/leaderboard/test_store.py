@@ -161,7 +161,7 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
     raw.commit()
     raw.close()
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 4
+        assert db.schema_version == store.SCHEMA_VERSION == 5
         db.insert([row(0)])
         assert db.runs()[0].verified is False
         assert db.runs()[0].architecture_change is None
@@ -188,7 +188,7 @@ def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_pa
     with Store(path, read_only=True) as db:
         assert db.schema_version == 3 and [r.label for r in db.runs()] == [None]
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 4
+        assert db.schema_version == store.SCHEMA_VERSION == 5
         assert [r.label for r in db.runs()] == [None]
         db.insert([row(0, method="sgd", label="tuned lr")])
         assert {r.method: r.label for r in db.runs()} == {"de": None, "sgd": "tuned lr"}
@@ -218,3 +218,23 @@ def test_a_run_keeps_its_label_and_a_label_names_one_configuration(tmp_path):
         assert (len(added), len(present)) == (4, 1)
         assert sorted({(r.method, r.config_hash, r.label) for r in db.runs()}) == [
             ("de", "c", "tuned"), ("de", "d", "fewer members"), ("sgd", "c", "tuned")]
+
+
+def test_how_a_run_was_verified_is_kept_and_a_run_verified_before_schema_5_learns_it_when_verified_again(tmp_path):
+    path = tmp_path / "db.sqlite"
+    raw = sqlite3.connect(path)
+    for script in store.MIGRATIONS[:4]:
+        for statement in filter(str.strip, script.split(";")):
+            raw.execute(statement)
+    raw.execute("PRAGMA user_version = 4")
+    raw.commit()
+    raw.close()
+    with Store(path) as db:  # migrated, then a row verified as the release of schema version 4 stored it
+        db.insert([row(0, verified=True)])
+        assert db.runs()[0].verification is None
+        db.insert([row(0, verified=True, verification="bitwise"), row(1, verified=True, verification="bitwise"),
+                   row(2, verification="bitwise")])
+        assert [(r.verified, r.verification) for r in db.runs()] == [(True, "bitwise"), (True, "bitwise"),
+                                                                      (False, None)]
+        db.insert([row(0, verified=True, verification="cross-environment")])  # verified already: kept as it was
+        assert db.runs()[0].verification == "bitwise"
