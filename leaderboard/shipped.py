@@ -24,6 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from bench import records
 from bench.errors import BenchError, DamagedFile
 from leaderboard.ranking import PRIMARY, entry_label, tracks
@@ -65,7 +67,15 @@ def rows(tasks: list[str] | None = None, budgets: list[float] | None = None,
 
     found, stale, references = [], [], {}
     for folder in folders(root):
-        result = records.checked_result(folder)
+        try:
+            result = records.checked_result(folder)
+            if not isinstance(result.get("predictions_sha256"), str):
+                raise DamagedFile(f"{folder / records.RESULT}: holds no sha256 of its predictions")
+        except DamagedFile as error:  # one damaged file of the installed store must not refuse every board
+            stale.append(f"{folder}: left out, damaged ({error}); it is part of the installed bdl-bench, not yours: "
+                         "reinstall bdl-bench, or in a checkout delete the folder and run the store's sweep "
+                         "(`python -m leaderboard.shipped --help` names it)")
+            continue
         if (tasks and result["task"] not in tasks) or (budgets and float(result["budget"]) not in budgets):
             continue
         if result["task"] not in references:
@@ -82,16 +92,16 @@ def rows(tasks: list[str] | None = None, budgets: list[float] | None = None,
             stale.append(f"{folder}: left out, made for another version of {task.name} or its reference than this "
                          "installation's")
         else:
-            found.append(_row(result, folder, task.kind))
+            found.append(_row(result, folder, task.kind, reference.noise_floor))
     return found, stale
 
 
-def _row(result: dict, folder: Path, kind: str) -> RunRow:
+def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None) -> RunRow:
+    """A shipped record as a leaderboard row, with the noise floor its reference publishes now (the record's copy is
+    the floor when it was made)."""
     from leaderboard.submission import config_hash
 
-    digest = result.get("predictions_sha256")
-    if digest is None:
-        raise DamagedFile(f"{folder / records.RESULT}: a shipped record holds its predictions' sha256")
+    digest = result["predictions_sha256"]
     return RunRow(
         task=result["task"], task_version=result["task_version"], task_fingerprint=result["task_fingerprint"],
         task_kind=kind, method=result["method"],
@@ -99,7 +109,7 @@ def _row(result: dict, folder: Path, kind: str) -> RunRow:
         config_hash=config_hash(result["config"]), config=result["config"], source="shipped",
         predictions_sha256=digest, epochs_used=float(result["epochs_used"]),
         test_passes=float(result["test_passes"]), wall_seconds=float(result["wall_seconds"]),
-        device=result["device"], versions=result["versions"], noise_floor=result.get("noise_floor"),
+        device=result["device"], versions=result["versions"], noise_floor=noise_floor,
         reliability=None, submitter=SUBMITTER, notes=NOTE, finished_at=result.get("finished_at"),
         submitted_at=result.get("finished_at") or "", metrics={OVERALL_BLOCK: result["metrics"],
                                                                **result["metrics_by_block"]},
@@ -134,6 +144,46 @@ def readme_table(shipped: list[RunRow]) -> str:
     return "\n".join([README_BEGIN, "", intro, *lines, "", README_END])
 
 
+DOC_DISTANCE = {"classification": "total_variation", "regression": "w1"}
+"""The distance docs/methods.md's tables of the store show per task kind."""
+DOC_BUDGETS = (100.0, 1000.0)
+DOC_TASK_GROUPS = (("toy-gap", "diabetes-gap", "digits"), ("digits-cnn", "digits-lstm"))
+
+
+def fidelity_tables(shipped: list[RunRow]) -> str:
+    """docs/methods.md's tables of the store: per method (in :data:`METHODS`' order), per task and budget of
+    :data:`DOC_BUDGETS`, the mean ± standard deviation (ddof 1) over the seeds of :data:`DOC_DISTANCE`, and under
+    each table the references' noise floors of that distance; a method without runs there shows n/a, one that changes
+    the network is marked †."""
+    from bench.tasks import get_task
+    from reference.store import load_reference
+
+    values: dict[tuple, list[float]] = {}
+    changed = {row.method for row in shipped if row.architecture_change}
+    for row in shipped:
+        kind = get_task(row.task).kind
+        values.setdefault((row.method, row.task, row.budget), []).append(row.metrics[OVERALL_BLOCK][DOC_DISTANCE[kind]])
+    blocks = []
+    for tasks in DOC_TASK_GROUPS:
+        columns = [(task, budget) for task in tasks for budget in DOC_BUDGETS]
+        lines = ["| method | " + " | ".join(f"{task} {budget:g}" for task, budget in columns) + " |",
+                 "|---|" + "---|" * len(columns)]
+        for method in METHODS:
+            cells = []
+            for task, budget in columns:
+                seeds = values.get((method, task, budget))
+                cells.append("n/a" if not seeds else f"{np.mean(seeds):.3f}±{np.std(seeds, ddof=1):.3f}"
+                             if len(seeds) > 1 else f"{seeds[0]:.3f}")
+            lines.append(f"| `{method}`{' †' if method in changed else ''} | " + " | ".join(cells) + " |")
+        floors = []
+        for task in tasks:
+            reference = load_reference(get_task(task))
+            distance = DOC_DISTANCE[reference.metadata["task"]["kind"]]
+            floors.append(f"`{task}` {reference.noise_floor['all'][distance]:.4f}")
+        blocks.append("\n".join(lines) + "\n\nNoise floors (" + ", ".join(floors) + ").\n")
+    return "\n".join(blocks)
+
+
 def readme_with_table(text: str, table: str) -> str:
     """``text`` (the README) with its shipped-results block replaced by ``table``."""
     start, end = text.find(README_BEGIN), text.find(README_END)
@@ -143,8 +193,9 @@ def readme_with_table(text: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leaderboard.shipped",
-                                     description="print the README's table of the shipped results, or write it")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m leaderboard.shipped",
+                                     description="print the README's table of the shipped results, or write it",
+                                     epilog=f"The store is made by: {SWEEP_COMMAND}")
     parser.add_argument("--write", type=Path, metavar="README", help="replace the table in this file")
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,118 @@
+"""The docs' figures written by commands, never by hand: ``python -m bench.docblocks --write`` rewrites every generated
+block of ``docs/``, ``--check`` (what the tests run) says which blocks differ from what their sources give.
+
+A block sits between ``<!-- generated: NAME by `python -m bench.docblocks --write` -->`` and ``<!-- end: NAME -->``;
+:data:`GENERATORS` says which function writes NAME from which files of the repository. Everything between the two
+markers is replaced; the prose around them is the doc's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.errors import BenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+COMMAND = "python -m bench.docblocks --write"
+_BLOCK = re.compile(r"<!-- generated: (?P<name>[a-z0-9-]+) by `[^`]*` -->\n(?P<body>.*?)<!-- end: (?P=name) -->",
+                    re.DOTALL)
+
+
+def _reference_table() -> str:
+    from reference.tables import references_table
+
+    return references_table()
+
+
+def _floor_parts_table() -> str:
+    from reference.tables import floor_parts_table
+
+    return floor_parts_table()
+
+
+def _nuts_table() -> str:
+    from reference.tables import nuts_table
+
+    return nuts_table(ROOT / "benchmarks" / "results")
+
+
+def _shipped_fidelity() -> str:
+    from leaderboard import shipped
+
+    return shipped.fidelity_tables(shipped.rows()[0])
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "shipped-fidelity": _shipped_fidelity,
+    "reference-diagnostics": _reference_table,
+    "reference-floor-parts": _floor_parts_table,
+    "nuts-crosschecks": _nuts_table,
+}
+"""Block name -> the function that writes its body (markdown, ending in a newline) from the repository's files."""
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(name, body) of every generated block of ``text``, in order."""
+    return [(match["name"], match["body"]) for match in _BLOCK.finditer(text)]
+
+
+def rewritten(text: str, path: Path) -> str:
+    """``text`` with every generated block's body written anew by its generator."""
+    def body(match: re.Match) -> str:
+        generator = GENERATORS.get(match["name"])
+        if generator is None:
+            raise BenchError(f"{path}: no generator writes the block {match['name']!r}; known: {', '.join(GENERATORS)}")
+        return f"<!-- generated: {match['name']} by `{COMMAND}` -->\n{generator()}<!-- end: {match['name']} -->"
+
+    return _BLOCK.sub(body, text)
+
+
+def stale(paths: list[Path]) -> list[str]:
+    """One line per generated block of ``paths`` whose text differs from what its generator writes now."""
+    lines = []
+    for path in paths:
+        text = path.read_text()
+        fresh = dict(blocks(rewritten(text, path)))
+        lines += [f"{path}: the block {name!r} differs from what `{COMMAND}` writes from its sources"
+                  for name, body in blocks(text) if fresh[name] != body]
+    return lines
+
+
+def doc_files() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.docblocks", allow_abbrev=False,
+                                     description="write the docs' generated blocks from their sources, or check them")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="rewrite every generated block of docs/")
+    action.add_argument("--check", action="store_true", help="exit 1 naming every block that differs")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            lines = stale(doc_files())
+            for line in lines:
+                print(line)
+            return 1 if lines else 0
+        from bench.io import atomic_write_bytes
+
+        for path in doc_files():
+            text = path.read_text()
+            new = rewritten(text, path)
+            if new != text:
+                atomic_write_bytes(path, new.encode())
+                print(f"wrote {path.relative_to(ROOT)}")
+        return 0
+    except (BenchError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
