@@ -52,7 +52,11 @@ CROSS_ENVIRONMENT_FACTOR = 2.0
 """Another machine: recorded-to-rerun distance may be at most this times the rerun's seed-to-seed distance."""
 CROSS_CPU_ROUND_OFF = 1e-4
 """A record kept alone, re-executed where round-off differs: its fidelity metrics may differ from the re-execution's
-by this much relative to max(1, |value|) and still be the same run (placeholder until measured)."""
+by this much relative to max(1, |value|) and still be the same run. Measured between two CPU kinds' gate baselines
+of one code (``benchmarks/cross_cpu_round_off.py``; the figures in docs/notebook/verification.md): it lies in the gap
+between the configurations whose round-off stayed round-off and those where it grew chaotically (which the
+statistical comparison takes), and far under the smallest seed-to-seed spread of any metric, so what it lets
+through moves no rank."""
 CROSS_CPU_LEVEL = 0.01
 """The false-alarm rate of the statistical comparison of a record kept alone with its configuration's seeds."""
 CROSS_CPU_SEEDS = 4
