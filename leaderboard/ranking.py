@@ -45,10 +45,10 @@ FLOOR_RULE = ("within floor: on no primary metric is the seeds' mean worse than 
               "distance an independent run of the reference's sampler, as long and as autocorrelated but exact, is "
               f"expected to score) by a one-sided t-test at level {1 - CONFIDENCE:.0%}, so the seeds cannot tell the "
               "entry from such a run (one seed: not tested)")
-VERIFIED_RULE = ("verified: how many seeds were re-executed under the meter and reproduced (`submit --verify`), and how "
+VERIFIED_RULE = ("verified: how many seeds were re-executed under the meter and reproduced (submit --verify), and how "
                  "each was compared: bitwise where what decides round-off was the run's, else cross-environment "
                  "(against two seeds' distance, to round-off, or statistically against re-executed seeds); shipped "
-                 "entries are records alone, which `python -m bench verify leaderboard/shipped` re-executes")
+                 "entries are records alone, which python -m bench verify leaderboard/shipped re-executes")
 """The rules above in words, for the tables' explanations and the JSON document."""
 VERIFIED_HOW_UNKNOWN = "how not recorded"
 """The comparison of a run verified before the database recorded how (schema version 5)."""

@@ -73,13 +73,16 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, tmp_path, run_cli)
 def test_an_unknown_method_is_refused_before_any_process_starts_or_task_data_loads(command, tmp_path, run_cli,
                                                                                    monkeypatch):
     import bench.tasks
-    from bench import executors
+    from bench import executors, runner, sweep
 
     def forbidden(*args, **kwargs):
         raise AssertionError("an unknown name needs neither a process of its own nor a task's data")
 
     monkeypatch.setattr(executors, "Isolated", forbidden)
-    monkeypatch.setattr(bench.tasks, "get_task", forbidden)
+    # each module that took get_task by name, imported before patching: one imported first while it is patched
+    # would keep the forbidden function after the test
+    for module in (bench.tasks, runner, sweep):
+        monkeypatch.setattr(module, "get_task", forbidden)
     code, _, err = run_cli(command, "--method", "nope", "--budget", "10", "--out", str(tmp_path), "--quiet")
     assert code == 2 and "unknown method 'nope'" in err and err.count("\n") == 1, err
     assert executors.isolates("pkg.module:Class") and not executors.isolates("sgd")
@@ -392,7 +395,7 @@ def test_every_subcommand_s_errors_point_to_its_own_help(run_cli):
     code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--bogus")  # found after parsing
     assert code == 2 and err == "error: unrecognized arguments: --bogus (see `python -m bench reference generate --help`)\n"
     code, _, err = run_cli("reference")
-    assert code == 2 and "required: {generate} (see `python -m bench reference --help`)" in err
+    assert code == 2 and "required: {generate,diagnose} (see `python -m bench reference --help`)" in err
 
 
 

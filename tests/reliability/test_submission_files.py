@@ -197,7 +197,9 @@ def test_json_is_bounded_in_size_and_depth(tmp_path, run_cli, db, text, message)
     ("method", "de\x1b[31m", "the method name must be 1 to 100 letters, digits"),
     ("architecture_change", 7, "architecture_change must be null"),
     ("config", [], "'config' is missing or not a dict"),
-    ("metrics", {"agreement": "0.9"}, "metrics do not match"),
+    ("metrics", {"agreement": "0.9"}, "metrics must map metric names to finite numbers"),
+    ("metrics", {"agreement": float("nan")}, "metrics must map metric names to finite numbers"),
+    ("metrics", {"agreement": 0.5}, "metrics do not match"),
 ])
 def test_every_field_is_checked_for_type_and_range_before_the_database(tmp_path, run_cli, db, field, value,
                                                                          message):
