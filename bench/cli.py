@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import shlex
 import sys
@@ -14,12 +13,13 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench.budget import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS, check_planned_epochs
+from bench.budget import DEFAULT_MAX_EPOCHS, check_planned_epochs
 import bench
 from bench import entry, records
 from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, EXIT_METHOD, EXIT_TERMINATED, BenchError, ConfigError,
                           FailedElsewhere, MethodFailed, describe_failure, terminal_text)
-from bench.records import NUMBER, SEED_LIMIT, WHOLE_NUMBER
+from bench.arguments import (OneLineParser, budget_epochs, decimal_number, finite_epochs, positive_whole,
+                             seed_number)
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
                "verify", "sweep")
@@ -51,34 +51,6 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _whole(text: str) -> int:
-    if not WHOLE_NUMBER.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"not a whole number written in digits: {text!r}")
-    return int(text)
-
-
-def _number(text: str) -> float:
-    if not NUMBER.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"not a number written in digits: {text!r}")
-    return float(text)
-
-
-def _budget(text: str) -> float:
-    value = _number(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of epochs, got {text!r}")
-    if value > MAX_BUDGET_EPOCHS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET_EPOCHS:g} epochs, got {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    value = _whole(text)
-    if not 0 <= value < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"a seed must lie in [0, 2^63), got {text}")
-    return value
-
-
 def _add_list(parser, *flags: str, **kwargs) -> None:
     """A list-valued option, with one grammar in every subcommand: several values after one flag (``--task a b``),
     and a repeated flag adds its values to the earlier ones (``--task a --task b``)."""
@@ -95,19 +67,11 @@ def _add_threads(parser, help: str = f"torch threads (default {DEFAULT_THREADS},
                                      f"machine); recorded in each result, and seeded runs reproduce exactly at equal "
                                      f"--threads",
                  default: int | None = DEFAULT_THREADS) -> None:
-    parser.add_argument("--threads", type=_positive_int, default=default, help=help)
-
-
-def _epochs(text: str) -> float:
-    """A positive, finite number of epochs (``--max-epochs``: NaN would compare as no bound at all)."""
-    value = _number(text)
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of epochs, got {text!r}")
-    return value
+    parser.add_argument("--threads", type=positive_whole, default=default, help=help)
 
 
 def _add_max_epochs(parser) -> None:
-    parser.add_argument("--max-epochs", type=_epochs, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
+    parser.add_argument("--max-epochs", type=finite_epochs, default=DEFAULT_MAX_EPOCHS, metavar="EPOCHS",
                         help=f"refuse, before anything trains, to train more epochs than this in all (re-executed "
                              f"records, a baseline's rerun, or what check --update measures; default "
                              f"{DEFAULT_MAX_EPOCHS:,}): records and baselines are files anyone can edit")
@@ -119,63 +83,6 @@ def _claimed_epochs(folders) -> float:
     return sum(records.checked_result(folder)["budget"] for folder in folders)
 
 
-def _positive_int(text: str) -> int:
-    value = _whole(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-class _Once(argparse.Action):
-    """A single-valued option given twice is refused (argparse would silently keep the last value)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = set(getattr(namespace, "_given_once", ()))
-        if self.dest in given:
-            parser.error(f"{option_string} given more than once; it takes one value"
-                         + ("" if self.dest != "seed" else " (several seeds: `run` or `sweep`)"))
-        namespace._given_once = given | {self.dest}
-        setattr(namespace, self.dest, values)
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        # An abbreviation could mean another option than the one typed (`check --seed 1` was `--seeds 1`, a count).
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def add_argument(self, *args, **kwargs):
-        if args and args[0].startswith("-") and kwargs.get("action", "store") == "store" and "nargs" not in kwargs:
-            kwargs["action"] = _Once
-        return super().add_argument(*args, **kwargs)
-
-    def error(self, message: str):
-        # A subcommand's parser is named by its whole command line (`python -m bench reference generate`).
-        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
-
-
-def _sibling_hint(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
-    """``; did you mean --seeds?`` for an unknown option close to one ``parser`` has (a prefix of it, or a near
-    spelling), since abbreviations are refused; empty if none is."""
-    import difflib
-
-    known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
-    for text in (u.split("=", 1)[0] for u in unknown if u.startswith("--") and len(u) > 2):
-        close = [flag for flag in known if flag.startswith(text)] or [
-            f"--{name}" for name in difflib.get_close_matches(text[2:], [k[2:] for k in known], n=1, cutoff=0.8)]
-        if close:
-            return f" ({text} is not an option here; did you mean {' or '.join(close)}?)"
-    return ""
-
-
-def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
-    """The parser of the (sub)subcommand ``args`` chose, whose ``--help`` an error about its arguments points to."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
-            return _innermost(action.choices[getattr(args, action.dest)], args)
-    return parser
-
-
 def _add_no_predictions(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-predictions", action="store_true",
                         help="keep each run's record alone, without predictions.npz (the record holds the "
@@ -183,21 +90,21 @@ def _add_no_predictions(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog=prog, description=(
+    parser = OneLineParser(prog=prog, description=(
         "Score approximate Bayesian inference methods against HMC reference posteriors under an epoch budget. "
         "Without a subcommand, `run` is assumed."))
     parser.add_argument("--version", action="version", version=f"bdl-bench {bench.__version__}",
                         help="print bdl-bench's version (every result record names it) and exit")
-    sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
 
     run = sub.add_parser("run", help="train a method under a budget on tasks and score it (default)")
     _add_threads(run)
     run.add_argument("--method", required=True, help="method name (see `methods`)")
-    run.add_argument("--budget", required=True, type=_budget, help="training epochs, summed over everything trained")
+    run.add_argument("--budget", required=True, type=budget_epochs, help="training epochs, summed over everything trained")
     _add_list(run, "--task", metavar="TASK",
               help="task names (--task a b, or repeated); default: the embedded MLP tasks toy-gap, diabetes-gap and digits "
                           "(the others run when named; competition tasks need `fetch` first)")
-    _add_list(run, "--seed", type=_seed, dest="seeds", metavar="SEED",
+    _add_list(run, "--seed", type=seed_number, dest="seeds", metavar="SEED",
               help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
     run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
@@ -217,9 +124,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
               help="methods, as `run --method` takes them (several, or repeat the option)")
     _add_list(sweep, "--task", dest="tasks", metavar="TASK",
               help="tasks (default: the embedded MLP tasks toy-gap, diabetes-gap, digits)")
-    _add_list(sweep, "--budget", dest="budgets", type=_budget, required=True, metavar="EPOCHS",
+    _add_list(sweep, "--budget", dest="budgets", type=budget_epochs, required=True, metavar="EPOCHS",
               help="budgets in training epochs")
-    _add_list(sweep, "--seed", dest="seeds", type=_seed, metavar="SEED",
+    _add_list(sweep, "--seed", dest="seeds", type=seed_number, metavar="SEED",
               help="seeds in [0, 2^63) (default 0)")
     _add_list(sweep, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
               help="settings of every method of the sweep; the same KEY with several values sweeps over them "
@@ -230,10 +137,10 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     sweep.add_argument("--executor", choices=("local", "ray"), default="local",
                        help="local (default): this machine, see --workers; ray: each run a task of a Ray cluster "
                             "(pip install -e '.[ray]')")
-    sweep.add_argument("--workers", type=_positive_int,
+    sweep.add_argument("--workers", type=positive_whole,
                        help="local executor: runs at once, each in its own process (default 1: one after another "
                             "in this process)")
-    sweep.add_argument("--threads", type=_positive_int, default=1,
+    sweep.add_argument("--threads", type=positive_whole, default=1,
                        help="torch threads of each run (default 1), whatever executes it: the thread count changes a "
                             "run's round-off, so seeded runs reproduce exactly at equal --threads; --workers x "
                             "--threads may not exceed the CPU cores")
@@ -289,7 +196,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_cache(methods)
 
     ref = sub.add_parser("reference", help="HMC reference posteriors")
-    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=_OneLineParser,
+    ref_sub = ref.add_subparsers(dest="reference_command", required=True, parser_class=OneLineParser,
                                  metavar="{generate,diagnose}")
     gen = ref_sub.add_parser("generate", help="run HMC for a task and write its reference")
     gen.add_argument("--task", required=True, help="the embedded task whose reference to sample")
@@ -307,7 +214,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     gen.add_argument("--force", action="store_true",
                      help="replace a reference of the task already in the output folder (with --install: the shipped "
                           "one)")
-    gen.add_argument("--workers", type=_positive_int, default=1,
+    gen.add_argument("--workers", type=positive_whole, default=1,
                      help="processes sampling chains at once, --threads each, for a reference sampled chain by "
                           "chain (default 1); the result does not depend on it")
     _add_threads(gen, help=f"torch threads sampling in this process, or in each of --workers (default "
@@ -339,8 +246,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     submit.add_argument("--label", help="for a .zip: a human name for its configuration, shown on the leaderboard "
                                         "instead of its hash (1 to 100 printable characters); a run folder carries "
                                         "the label it was run with (`run --label`)")
-    submit.add_argument("--budget", type=_budget, help="for a .zip: the declared budget in epochs")
-    submit.add_argument("--seed", type=_seed, default=0, help="for a .zip: the seed (default 0)")
+    submit.add_argument("--budget", type=budget_epochs, help="for a .zip: the declared budget in epochs")
+    submit.add_argument("--seed", type=seed_number, default=0, help="for a .zip: the seed (default 0)")
     _add_max_epochs(submit)
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
@@ -363,7 +270,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
 
     board = sub.add_parser("leaderboard", help="rank the stored runs per task and budget")
     _add_list(board, "--task", metavar="TASK", help="only these tasks (--task a b, or repeated)")
-    _add_list(board, "--budget", type=_budget, metavar="EPOCHS", help="only these budgets (--budget 10 100, or repeated)")
+    _add_list(board, "--budget", type=budget_epochs, metavar="EPOCHS", help="only these budgets (--budget 10 100, or repeated)")
     board.add_argument("--format", choices=("md", "html", "csv", "json"), default="md",
                        help="md (Markdown tables, default), html (a page with plots), csv or json (every stored value)")
     board.add_argument("--output", type=Path, help="write to this file instead of standard output (a regular file, "
@@ -378,10 +285,10 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
     _add_max_epochs(check)
     _add_threads(check)
-    check.add_argument("--workers", type=_positive_int, default=1,
+    check.add_argument("--workers", type=positive_whole, default=1,
                        help="processes measuring at once, each with --threads torch threads (default 1: in this "
                             "process); every run seeds itself, so the results are the same bits")
-    check.add_argument("--tolerance", type=_number, default=None,
+    check.add_argument("--tolerance", type=decimal_number, default=None,
                        help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
                             "family-wise false-alarm rate)")
     check.add_argument("--statistical", action="store_true",
@@ -396,7 +303,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     check.add_argument("--update", action="store_true",
                        help="measure the configuration and rewrite the baseline (with --method or --task: extend "
                             "it, replacing only what was measured)")
-    check.add_argument("--seeds", type=_positive_int, default=None,
+    check.add_argument("--seeds", type=positive_whole, default=None,
                        help="with --update: number of seeds (default 10); in a check: only the baseline's first N "
                             "seeds (exactly where the baseline's environment matches; elsewhere a weaker statistical "
                             "test of the means on N seeds)")
@@ -1089,8 +996,7 @@ def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.
     parser = build_parser(_program())
     args, unknown = parser.parse_known_args(argv, namespace=parsed)
     if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
-        innermost = _innermost(parser, args)
-        innermost.error(f"unrecognized arguments: {' '.join(unknown)}{_sibling_hint(innermost, unknown)}")
+        parser.refuse_unknown(args, unknown)
     args.command_line = command_line  # stored in every result record: how the run was asked for
     args.debug = debug  # with --debug a method that is not bdl-bench's runs in this process, for its traceback
     if args.command is None:

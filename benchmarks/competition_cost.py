@@ -15,7 +15,6 @@ of three such pairs of runs.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -28,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cost import plain_sgd_epoch  # noqa: E402
 
 from approximators import METHODS, resolve_config  # noqa: E402
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.runner import metered  # noqa: E402
 from bench.tasks import Task  # noqa: E402
 from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
@@ -79,8 +80,8 @@ def method_run(task: Task, method: str, device: torch.device, scale: int = 1) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=512)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--rows", type=positive_whole, default=512)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
     parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS), choices=[*SHORT_RUNS, *SEQUENTIAL])
@@ -120,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

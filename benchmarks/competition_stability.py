@@ -12,7 +12,6 @@ from divergence. Nothing here looks at any reference.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,6 +23,8 @@ from competition_cost import SHORT_RUNS  # noqa: E402
 from tune_trajectory import grid  # noqa: E402
 
 from approximators import METHODS, resolve_config  # noqa: E402
+from bench import scripts
+from bench.arguments import positive_whole, seed_number
 from bench.errors import TrainingDiverged  # noqa: E402
 from bench.runner import metered  # noqa: E402
 from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
@@ -42,11 +43,11 @@ def trains(method: str, task_name: str, rows: int, seed: int, lr: float | None =
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rows", type=positive_whole, default=512)
     args = parser.parse_args()
     rows = []
     for method in args.methods:
@@ -67,4 +68,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -39,7 +39,6 @@ q has pruned back to the prior (KL(q_j || p_j) < :data:`PRUNED_KL` nats), and th
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from pathlib import Path
 from unittest import mock
@@ -52,7 +51,8 @@ from approximators import METHODS, anchored, hmc as budgeted_hmc, mfvi, sae, vog
 from approximators.base import PredictiveAccumulator
 from approximators.swag import Moments
 from approximators.training import ValidationSplit, train_members
-from bench import metrics, records
+from bench import metrics, records, scripts
+from bench.arguments import budget_epochs, positive_whole, seed_number
 from bench.api import fit
 from bench.functional import StackedModel
 from bench.runner import RunSpec, run
@@ -319,30 +319,30 @@ def elbo(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     where = parser.add_subparsers(dest="where", required=True)
     on_linear = where.add_parser("linear")
     on_linear.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    on_linear.add_argument("--budgets", type=float, nargs="+", default=[100, 1000])
-    on_linear.add_argument("--seeds", type=int, default=8)
-    on_linear.add_argument("--rows", type=int, default=64)
+    on_linear.add_argument("--budgets", type=budget_epochs, nargs="+", default=[100, 1000])
+    on_linear.add_argument("--seeds", type=positive_whole, default=8)
+    on_linear.add_argument("--rows", type=positive_whole, default=64)
     on_linear.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                            type=lambda text: tuple(text.split("=", 1)), help="settings of every method run")
     on_tasks = where.add_parser("embedded")
     on_tasks.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     on_tasks.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
-    on_tasks.add_argument("--budgets", type=float, nargs="+", default=[100, 1000])
-    on_tasks.add_argument("--converged", type=float, default=None)
-    on_tasks.add_argument("--seed", type=int, default=0)
+    on_tasks.add_argument("--budgets", type=budget_epochs, nargs="+", default=[100, 1000])
+    on_tasks.add_argument("--converged", type=budget_epochs, default=None)
+    on_tasks.add_argument("--seed", type=seed_number, default=0)
     on_tasks.add_argument("--out", type=Path, default=Path("runs-converged"))
     on_elbo = where.add_parser("elbo")
     on_elbo.add_argument("--methods", nargs="+", default=["mfvi", "vogn"], choices=["mfvi", "vogn"])
     on_elbo.add_argument("--task", default="toy-gap", choices=task_names())
-    on_elbo.add_argument("--budgets", type=float, nargs="+", default=[100, 1000, 10000])
-    on_elbo.add_argument("--seed", type=int, default=0)
+    on_elbo.add_argument("--budgets", type=budget_epochs, nargs="+", default=[100, 1000, 10000])
+    on_elbo.add_argument("--seed", type=seed_number, default=0)
     args = parser.parse_args()
     {"linear": linear, "embedded": embedded, "elbo": elbo}[args.where](args)
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -25,6 +24,8 @@ from tabulate import tabulate
 
 from approximators import METHODS, resolve_config
 from approximators.base import member_seeds
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.runner import metered
 from bench.tasks import get_task, task_names
@@ -98,9 +99,9 @@ def hmc_gradients_per_second(task, n_chains: int, evaluations: int = 200) -> flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10, help="epochs charged per method measurement")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=positive_whole, default=10, help="epochs charged per method measurement")
+    parser.add_argument("--repeats", type=positive_whole, default=5)
     parser.add_argument("--methods", nargs="+", choices=list(MEASURED), default=list(MEASURED))
     parser.add_argument("--no-hmc", action="store_true", help="skip the HMC table")
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
@@ -152,4 +153,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

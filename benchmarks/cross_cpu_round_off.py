@@ -19,12 +19,13 @@ reference changed between the two, compared on the metrics that do not read it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 
 from tabulate import tabulate
+
+from bench import scripts
 
 READS_THE_REFERENCE = {"agreement", "total_variation", "w1", "w2", "competition_w"}
 """Metrics computed against the reference posterior; the others (accuracy, nll, ece, rmse, log_likelihood) read the
@@ -63,7 +64,7 @@ def compare(before: dict, after: dict, tasks: list[str], reference_free: list[st
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = scripts.parser(__file__, __doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="a baseline measured on one CPU kind")
     parser.add_argument("--after", type=Path, required=True, help="the same code's baseline on another CPU kind")
     parser.add_argument("--task", nargs="+", default=[], help="tasks whose reference both baselines share")
@@ -83,4 +84,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

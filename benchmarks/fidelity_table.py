@@ -13,14 +13,14 @@ the distance docs/methods.md shows (W1 for regression, total variation for class
 
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 
 import numpy as np
 from tabulate import tabulate
 
-from bench import records
+from bench import records, scripts
+from bench.arguments import budget_epochs, seed_number
 from bench.runner import RunSpec, run, score
 from bench.tasks import get_task, task_names
 from reference.store import load_reference
@@ -54,9 +54,9 @@ def shipped_reference(task_name: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--budgets", type=float, nargs="+", default=[200, 500, 1000])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--budgets", type=budget_epochs, nargs="+", default=[200, 500, 1000])
+    parser.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=["ae", "sae"])
     parser.add_argument("--out", type=Path, default=Path("runs-table"))
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
@@ -111,4 +111,4 @@ def rescored_note() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -16,13 +16,15 @@ far one reference's floor may be from another's). ``tests/reference/test_evidenc
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from bench import scripts
+from bench.arguments import positive_whole
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -143,10 +145,10 @@ def classification(replicates: int, draws: int = DRAWS, seed: int = 1) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--replicates-regression", type=int, default=400)
-    parser.add_argument("--replicates-classification", type=int, default=600)
-    parser.add_argument("--draws", type=int, default=DRAWS, help="draws per chain of the classification references")
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--replicates-regression", type=positive_whole, default=400)
+    parser.add_argument("--replicates-classification", type=positive_whole, default=600)
+    parser.add_argument("--draws", type=positive_whole, default=DRAWS, help="draws per chain of the classification references")
     args = parser.parse_args(argv)
     if min(args.replicates_regression, args.replicates_classification) < 2 or args.draws < 1:
         parser.error("--replicates-* must be at least 2 and --draws at least 1")
@@ -161,4 +163,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    scripts.run(main)

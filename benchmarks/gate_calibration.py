@@ -12,20 +12,21 @@ settings and from its source, as ``python -m bench check`` reruns it.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from tabulate import tabulate
 
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.errors import BenchError
 from leaderboard import gate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", type=int, default=2)
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per set (default: as many as the baseline's)")
-    parser.add_argument("--workers", type=int, default=1)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--sets", type=positive_whole, default=2)
+    parser.add_argument("--seeds", type=positive_whole, default=None, help="seeds per set (default: as many as the baseline's)")
+    parser.add_argument("--workers", type=positive_whole, default=1)
     parser.add_argument("--baseline", type=Path, default=Path(__file__).parent / "baseline.json")
     parser.add_argument("--method", nargs="+", default=[], dest="methods", metavar="SOURCE",
                         help="methods of one's own the baseline loads from package.module:ClassName, which a baseline "
@@ -63,4 +64,4 @@ def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int, 
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -21,7 +21,6 @@ log posterior at the same dtype: where our time goes, and whether NumPyro's lead
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -42,6 +41,8 @@ from numpyro.infer import HMC  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 import jax_models  # noqa: E402
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.tasks import get_task  # noqa: E402
 from reference import hmc  # noqa: E402
@@ -170,14 +171,14 @@ def bare_jax_gradient_ms(task, dtype: str, repeats: int, calls: int = 100) -> fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"])
-    parser.add_argument("--chains", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--chains", type=positive_whole, nargs="+", default=[1, 8])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=positive_whole, default=20)
+    parser.add_argument("--iterations", type=positive_whole, default=5)
+    parser.add_argument("--repeats", type=positive_whole, default=3)
     parser.add_argument("--profile", action="store_true", help="also profile our fastest way (see the docstring)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -222,4 +223,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

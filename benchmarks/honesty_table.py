@@ -9,23 +9,24 @@ alone, then every real-valued setting at once), at 4 or 20 times the check budge
 
 from __future__ import annotations
 
-import argparse
 
 import torch
 from tabulate import tabulate
 
 from approximators import METHODS
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.honesty import probe, probe_at_a_budget_it_fits, setting_grid
 from bench.tasks import task_names
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), help="built-in or plugin methods")
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     parser.add_argument("--settings", action="store_true", help="also probe the grid of non-default settings")
-    parser.add_argument("--train-rows", type=int, help="only the first rows of each training set (faster)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--train-rows", type=positive_whole, help="only the first rows of each training set (faster)")
+    parser.add_argument("--threads", type=positive_whole, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
@@ -49,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -21,7 +21,6 @@ the same rows as the test set.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
@@ -38,6 +37,8 @@ from approximators import METHODS, resolve_config  # noqa: E402
 from approximators.base import PredictiveAccumulator  # noqa: E402
 from approximators.laplace import (GaussianPosterior, _curvature_epoch, last_layer_predictive,  # noqa: E402
                                    last_layer_to_layout)
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.runner import metered  # noqa: E402
 from bench.tasks import get_task, task_names  # noqa: E402
@@ -96,11 +97,11 @@ def measure(name: str, rows: int, repeats: int, structure: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["digits", "digits-cnn", "digits-lstm", "dermamnist", "imdb",
                                                         "cifar10"], choices=task_names() + list(SPECS))
-    parser.add_argument("--rows", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rows", type=positive_whole, default=512)
+    parser.add_argument("--repeats", type=positive_whole, default=3)
     parser.add_argument("--structure", default="last-layer-kron", choices=["last-layer-kron", "last-layer-full"])
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -111,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -33,7 +33,6 @@ and rerun gives them too.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import io
 import json
@@ -45,7 +44,23 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import scripts
+from bench.arguments import positive_whole, seed_number
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _require_the_extra() -> None:
+    """Sampling needs NumPyro and JAX, bdl-bench's optional extra ``crosscheck``; recomputing a verdict from the kept
+    chains (``--verdict-only``) needs neither."""
+    import importlib.util
+
+    from bench.errors import ConfigError
+
+    absent = [name for name in ("jax", "numpyro") if importlib.util.find_spec(name) is None]
+    if absent:
+        raise ConfigError(f"sampling with NUTS needs the optional extra, which lacks {' and '.join(absent)} here: pip "
+                          "install -e \".[crosscheck]\"; --verdict-only recomputes kept chains without it")
 
 
 def _setup_jax(dtype: str) -> None:
@@ -307,14 +322,14 @@ def results_paths(task_name: str, out: Path | None = None) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--task", required=True)
-    parser.add_argument("--chains", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=500)
-    parser.add_argument("--samples", type=int, default=500)
+    parser.add_argument("--chains", type=positive_whole, default=4)
+    parser.add_argument("--warmup", type=positive_whole, default=500)
+    parser.add_argument("--samples", type=positive_whole, default=500)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--seed", type=int, default=2021, help="root of the NUTS chains' seeds (the references use 0)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=seed_number, default=2021, help="root of the NUTS chains' seeds (the references use 0)")
+    parser.add_argument("--workers", type=positive_whole, default=2)
     parser.add_argument("--out", type=Path, help="JSON file for the results (default: benchmarks/results/"
                                                  "nuts-<task>.json, its chains' files in nuts-<task>/ beside it)")
     parser.add_argument("--restart", action="store_true",
@@ -328,7 +343,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--chains must be even and at least 2 (NUTS's noise floor compares two halves), got {args.chains}")
     if min(args.warmup, args.samples, args.workers) < 1:
         parser.error("--warmup, --samples and --workers must be at least 1")
-    _setup_jax("float64")
 
     import torch
 
@@ -363,6 +377,8 @@ def main(argv: list[str] | None = None) -> None:
                        "them\n")
     twin = None
     if missing:
+        _require_the_extra()
+        _setup_jax("float64")
         probe = StackedModel(task.model_factory()).layout.flatten(
             StackedModel.stack([seeded_module(task.model_factory, s) for s in (1, 2)])).double()
         twin = jax_models.check_against_torch(task, probe.numpy())
@@ -394,4 +410,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

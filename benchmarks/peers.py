@@ -56,7 +56,8 @@ import torch.nn.functional as F
 from tabulate import tabulate
 
 from approximators import METHODS, resolve_config
-from bench import api
+from bench import api, scripts
+from bench.arguments import positive_whole
 from bench.tasks import get_task
 from bench.tasks.competition import synthetic_task
 from bench.tasks.models import SameConv2d
@@ -571,11 +572,11 @@ def epochs_and_repeats(parser: argparse.ArgumentParser, args, full: dict) -> tup
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["digits", "digits-cnn", "dermamnist"],
                         choices=["digits", "digits-cnn", "dermamnist"])
-    parser.add_argument("--epochs", type=int, help=f"epochs per run (default {FULL['epochs']})")
-    parser.add_argument("--repeats", type=int, help=f"interleaved repeats (default {FULL['repeats']})")
+    parser.add_argument("--epochs", type=positive_whole, help=f"epochs per run (default {FULL['epochs']})")
+    parser.add_argument("--repeats", type=positive_whole, help=f"interleaved repeats (default {FULL['repeats']})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['epochs']} epochs, {QUICK['repeats']} repeat")
     args = parser.parse_args()
@@ -604,4 +605,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -11,13 +11,14 @@ VOGN does) by the path the model takes (layer-wise rules; Goodfellow's identity 
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 from tabulate import tabulate
 
 from approximators import per_example
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module
 from bench.tasks.competition import SPECS, synthetic_task
 
@@ -34,9 +35,9 @@ def fastest(step, repeats: int, device: torch.device) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--batch", type=positive_whole, default=128)
+    parser.add_argument("--repeats", type=positive_whole, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
     args = parser.parse_args()
@@ -73,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

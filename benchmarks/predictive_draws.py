@@ -14,7 +14,6 @@ before, 1 to 2 minutes on toy-gap and 30 to 44 minutes on digits-lstm.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,8 @@ from cost import plain_sgd_epoch  # noqa: E402
 
 from approximators.base import MAX_DRAWS, Problem, mean_field_predictive  # noqa: E402
 from approximators.updates import NoiseStream  # noqa: E402
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.budget import BudgetMeter  # noqa: E402
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.tasks import get_task, task_names  # noqa: E402
@@ -46,9 +47,9 @@ def seconds_per_draw(task, draws: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser = scripts.parser(__file__, __doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=task_names())
-    parser.add_argument("--draws", type=int, default=30)
+    parser.add_argument("--draws", type=positive_whole, default=30)
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
@@ -62,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -47,7 +47,6 @@ A case whose peer is not installed is skipped with one line saying which.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import dataclasses
@@ -74,6 +73,9 @@ import approximators.vogn  # noqa: E402
 import bench.budget  # noqa: E402
 import bench.functional  # noqa: E402
 from approximators.engine import Objective  # noqa: E402
+
+from bench import scripts
+from bench.arguments import positive_whole
 
 REGION = "region::"
 """The prefix of the regions this script names (``torch.profiler.record_function``)."""
@@ -334,12 +336,12 @@ def sides_of(case: str, task, epochs: int) -> tuple[dict[str, Callable], str, di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--models", nargs="+", choices=["digits", "digits-cnn", "dermamnist", "toy-gap"],
                         help="only these of each case's models")
-    parser.add_argument("--epochs", type=int, help=f"epochs per run (default {FULL['epochs']})")
-    parser.add_argument("--repeats", type=int, help=f"unprofiled interleaved repeats (default {FULL['repeats']})")
+    parser.add_argument("--epochs", type=positive_whole, help=f"epochs per run (default {FULL['epochs']})")
+    parser.add_argument("--repeats", type=positive_whole, help=f"unprofiled interleaved repeats (default {FULL['repeats']})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['epochs']} epochs, {QUICK['repeats']} repeat, one model a case")
     args = parser.parse_args()
@@ -372,4 +374,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

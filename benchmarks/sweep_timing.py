@@ -36,6 +36,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from bench import scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY_PORT = 6391
 
@@ -88,7 +90,7 @@ def ray_head() -> tuple[str, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = scripts.parser(__file__, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["sgd", "de"])
     parser.add_argument("--tasks", nargs="+", default=["toy-gap", "diabetes-gap", "digits"])
     parser.add_argument("--budgets", nargs="+", default=["5", "10"])
@@ -137,4 +139,4 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

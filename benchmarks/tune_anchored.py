@@ -14,7 +14,6 @@ epochs. The winners are printed as the dictionaries that ``approximators/anchore
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
@@ -23,6 +22,8 @@ import torch
 from approximators import guided_walk
 from approximators.sae import SAE_DEFAULTS
 from approximators.training import AdamConfig, ValidationSplit, initial_members, train_members
+from bench import scripts
+from bench.arguments import positive_whole, seed_number
 from bench.budget import BudgetMeter, MeteredData
 from bench.functional import StackedModel
 from bench.tasks import get_task, task_names
@@ -87,9 +88,9 @@ def tune(task_name: str, trials: int, seed: int) -> tuple[dict, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--trials", type=positive_whole, default=16)
+    parser.add_argument("--seed", type=seed_number, default=0)
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -103,4 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

@@ -26,7 +26,6 @@ benchmark reports.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import math
@@ -39,6 +38,8 @@ from tabulate import tabulate
 
 from approximators import METHODS, resolve_config
 from approximators.map import EMBEDDED_DEFAULTS
+from bench import scripts
+from bench.arguments import budget_epochs, decimal_number, seed_number
 from bench.errors import BudgetExhausted, TrainingDiverged
 from bench.runner import execute, metered
 from bench.tasks import get_task, task_names
@@ -231,13 +232,14 @@ def scores_on_split(method: str, task_name: str, budget: float, seed: int, facto
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi", "mc-dropout"])
-    parser.add_argument("--budget", type=float, nargs="+", default=[100.0],
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("methods", nargs="*", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi", "mc-dropout"],
+                        choices=list(METHODS))
+    parser.add_argument("--budget", type=budget_epochs, nargs="+", default=[100.0],
                         help="budgets to score at; with several, the lowest mean NLL over them wins")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
-    parser.add_argument("--converged", type=float, default=10.0,
+    parser.add_argument("--converged", type=decimal_number, default=10.0,
                         help="the converged run's budget as a multiple of --budget (methods of CONVERGED)")
     args = parser.parse_args()
     if min(args.budget) <= 0 or args.converged <= 0:
@@ -258,4 +260,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

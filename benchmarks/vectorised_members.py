@@ -11,7 +11,6 @@ same model measured in the same run, and the speed-up is their ratio (the fastes
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cost import plain_sgd_epoch, run_method  # noqa: E402
 
 from approximators import METHODS, resolve_config  # noqa: E402
+from bench import scripts
+from bench.arguments import positive_whole
 from bench.tasks import get_task, task_names  # noqa: E402
 
 # method -> (K members in one pass, one member alone): (method, settings) given K and the epochs per member.
@@ -40,9 +41,9 @@ def seconds(task, method: str, budget: float, overrides: dict[str, str]) -> floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=20, help="epochs per member")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=positive_whole, default=20, help="epochs per member")
+    parser.add_argument("--repeats", type=positive_whole, default=3)
     parser.add_argument("--methods", nargs="+", default=list(PAIRS), choices=list(PAIRS))
     args = parser.parse_args()
     rows = []
@@ -74,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)

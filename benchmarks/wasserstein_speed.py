@@ -10,7 +10,6 @@ relative difference between the two results (they must agree to 1e-9).
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -18,7 +17,8 @@ import ot
 import torch
 from tabulate import tabulate
 
-from bench import metrics
+from bench import metrics, scripts
+from bench.arguments import positive_whole
 
 
 def best_seconds(f, repeats: int) -> float:
@@ -31,8 +31,8 @@ def best_seconds(f, repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=positive_whole, default=7)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = []
@@ -54,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    scripts.run(main)
