@@ -211,7 +211,8 @@ class Approximator:
         self.config = config
         self._predictive: np.ndarray | None = None
         self.report: dict = {}
-        """What the run should know about how the method spent its budget (stored in the result record)."""
+        """What the run should know about how the method spent its budget (stored in the result record); its
+        ``warnings``, a list of strings, are also shown beside the run's table (``note: ...`` on stderr)."""
 
     def resolved(self, problem: Problem):
         """The config with every automatic setting (one whose 0 means "the method's rule decides", such as SAE's

@@ -45,7 +45,7 @@ import torch
 from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveAccumulator, Problem,
                                 member_generators, next_seed)
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import BudgetExhausted, ConfigError, SamplerStuck
 from bench.functional import StackedModel, seeded_module
 from reference import hmc
 
@@ -74,7 +74,9 @@ class HMCConfig:
         "leapfrog_steps": "[0, inf)",
         "trajectory_length": "[0, inf)",
         "jitter": "[0, 1)",
-        "initial_step_size": "(0, inf)",
+        # the step-size search halves or doubles at most SEARCH_ROUNDS = 30 times (a factor 2^30, about 1e9): from
+        # anywhere in this interval it can reach the steps that work on the embedded tasks (1e-4 to 1e-1)
+        "initial_step_size": "[1e-10, 1e5]",
         "target_accept": "(0, 1)",
         "max_samples": "[1, inf)",
     }
@@ -172,6 +174,7 @@ class BudgetedHMC(Approximator):
         initial = model.layout.flatten(StackedModel.stack(
             [seeded_module(problem.model_factory, next_seed(g)) for g in generators])).to(data.device)
         fixed_length = c.trajectory_length or hmc.default_trajectory_length(problem.prior_variance)
+        start = initial.clone()
         state = hmc.init(initial, target, c.initial_step_size, adapt=True)
         rounds = min(SEARCH_ROUNDS, self._gradients_left(meter) // (2 * c.chains))
         if rounds:
@@ -200,6 +203,7 @@ class BudgetedHMC(Approximator):
             raise BudgetExhausted(f"hmc: a budget of {meter.budget_epochs:g} epochs ended {c.chains} chain(s) after "
                                   f"{burn_in_iterations} burn-in iteration(s), before any sample; raise the budget, "
                                   f"lower burn_in or trajectory_length")
+        stuck = unmoved_chains(start, state.position, state.step_size, iterations)
         outputs = torch.cat(kept.outputs).double()
         accumulator = PredictiveAccumulator(problem, outputs.shape[0], generator)
         accumulator.add_outputs(outputs)
@@ -210,12 +214,33 @@ class BudgetedHMC(Approximator):
                        "step_sizes": state.step_size.tolist(),
                        "trajectory": f"{c.leapfrog_steps} steps" if c.leapfrog_steps else f"length {fixed_length:g}",
                        "epochs_unspent": meter.epochs_left}
+        warnings = []
+        if stuck:
+            warnings.append(f"chain(s) {', '.join(map(str, stuck))} of {c.chains} never left their start: their "
+                            "samples are the untrained network")
+        if samples and not accepted:  # it moved in burn-in, then stood still: its samples are one point
+            warnings.append(f"no proposal was accepted after burn-in: the {samples} sample(s) of each chain are its "
+                            "last burn-in position; a larger budget adapts the step size longer")
+        if warnings:
+            self.report["warnings"] = warnings
         self._predictive = accumulator.result()
 
     @staticmethod
     def _gradients_left(meter) -> int:
         """Full-data chain-gradients the budget still pays for."""
         return round(meter.epochs_left * meter.n_train) // meter.n_train
+
+
+def unmoved_chains(start: torch.Tensor, position: torch.Tensor, step_sizes: torch.Tensor, iterations: int) -> list[int]:
+    """The chains that never left their start (``start``, ``position``: ``(C, P)``): every proposal rejected, or steps
+    too small to change a parameter. Where every chain did, the run is refused (its predictive would be the untrained
+    network's); where some did, they are returned, for the report's warnings."""
+    stuck = [chain for chain in range(start.shape[0]) if torch.equal(start[chain], position[chain])]
+    if len(stuck) == start.shape[0]:
+        raise SamplerStuck(f"hmc: no chain left its start in {iterations} iteration(s) (step size "
+                           f"{float(step_sizes[0]):.3g}): every proposal was rejected or moved no parameter; raise the "
+                           "budget, or set initial_step_size nearer 1e-3")
+    return stuck
 
 
 def _test_outputs(problem: Problem, model: StackedModel, position: torch.Tensor) -> torch.Tensor:

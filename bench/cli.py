@@ -378,12 +378,21 @@ def _cmd_run(args) -> int:
                         result = outcome.result
                 progress.finished(title, failed=False)
                 rows.append(_summary_row(result))
+                for warning in method_warnings(result):
+                    print(f"note: {title}: {terminal_text(warning)}", file=sys.stderr)
     _print_tables(rows)
     if earlier:
         print(f"{len(earlier)} run(s) finished earlier with the same settings, shown from their records "
               f"(--force trains them again)")
     print(f"results written under {terminal_text(args.out)}/")
     return 0
+
+
+def method_warnings(result: dict) -> list[str]:
+    """What a run's method says its result should be read with (its report's ``warnings``, a list of strings: e.g.
+    ``hmc``'s chains that accepted no proposal after burn-in), shown beside the run's table and kept in its record."""
+    warnings = result.get("method_report", {}).get("warnings")
+    return [w for w in warnings if isinstance(w, str)] if isinstance(warnings, list) else []
 
 
 def _print_tables(rows: list[dict]) -> None:

@@ -60,6 +60,11 @@ class TrainingDiverged(BenchError):
     """A method's parameters became non-finite (a step size too large for the task)."""
 
 
+class SamplerStuck(BenchError):
+    """A sampler whose chains never left their start: every proposal rejected, or steps too small to change a single
+    parameter; its predictive would be the untrained network's."""
+
+
 class MethodFailed(Exception):
     """A method that is not bdl-bench's raised, or called ``sys.exit``, in its own code: its failure, reported as
     its own (exit 4), never as a bug in bdl-bench. Raised by :func:`approximators.boundary.users_code`.

@@ -1,12 +1,14 @@
 """Budgeted HMC (``hmc``): one epoch per chain-gradient, the budget plan, evenly kept samples and settings refused in
 one line (the closed-form posterior at a generous budget: ``tests/science/test_samplers.py``)."""
 
+import json
 import math
 
 import pytest
 import torch
 
-from approximators.hmc import BudgetedHMC, EvenlyKept
+from approximators.hmc import BudgetedHMC, EvenlyKept, unmoved_chains
+from bench.errors import SamplerStuck
 from bench.honesty import probe
 from reference import hmc as sampler
 
@@ -58,8 +60,8 @@ def test_a_budget_too_small_for_any_sample_is_one_line(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("setting", ["chains=0", "burn_in=1", "jitter=1", "target_accept=1", "initial_step_size=0",
-                                     "max_samples=0", "trajectory_length=-1", "trajectory_length=nan",
-                                     "leapfrog_steps=-1"])
+                                     "initial_step_size=1e30", "initial_step_size=1e-45", "max_samples=0",
+                                     "trajectory_length=-1", "trajectory_length=nan", "leapfrog_steps=-1"])
 def test_nonsensical_settings_are_one_line_errors(setting, run_cli, tmp_path):
     code, _, err = run_cli("--method", "hmc", "--task", "toy-gap", "--budget", "50", "--set", setting,
                            "--out", tmp_path)
@@ -68,3 +70,34 @@ def test_nonsensical_settings_are_one_line_errors(setting, run_cli, tmp_path):
 
 def test_the_default_trajectory_is_the_references():
     assert math.isclose(sampler.default_trajectory_length(0.1), math.pi / 2 * math.sqrt(0.1))
+
+
+def test_chains_that_never_left_their_start_are_named_and_a_run_where_none_did_is_refused():
+    start = torch.zeros(3, 4, dtype=torch.float64)
+    moved = start.clone()
+    moved[0, 2] = 1e-300  # one parameter, however little, is a move
+    moved[2] = 0.5
+    assert unmoved_chains(start, moved, torch.full((3,), 0.01), 8) == [1]
+    moved[1, 0] = -1.0
+    assert unmoved_chains(start, moved, torch.full((3,), 0.01), 8) == []
+    with pytest.raises(SamplerStuck, match=r"no chain left its start in 8 iteration"):
+        unmoved_chains(start, start.clone(), torch.full((3,), 0.01), 8)
+
+
+def test_a_run_whose_chain_never_moved_is_refused_in_one_line_and_writes_nothing(run_cli, tmp_path):
+    """From the largest initial step allowed at the smallest budget, the step-size search spends half the budget and
+    every proposal after it is rejected: the predictive would be the untrained network's."""
+    code, _, err = run_cli("--method", "hmc", "--task", "toy-gap", "--budget", "48", "--set", "initial_step_size=1e5",
+                           "--out", tmp_path, "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "no chain left its start" in err, err
+    assert not list(tmp_path.rglob("result.json"))
+
+
+def test_a_chain_that_stood_still_after_burn_in_is_said_beside_the_table_and_kept_in_the_record(run_cli, tmp_path):
+    """digits at budget 100, seed 0 (as the shipped store has it): 5 burn-in iterations, then 3 rejected proposals."""
+    code, _, err = run_cli("--method", "hmc", "--task", "digits", "--budget", "100", "--out", tmp_path, "--quiet")
+    assert code == 0, err
+    assert err.startswith("note: digits hmc budget 100 seed 0: no proposal was accepted after burn-in: the 3 "), err
+    (folder,) = [path.parent for path in tmp_path.rglob("result.json")]
+    report = json.loads((folder / "result.json").read_text())["method_report"]
+    assert report["acceptance_rate"] == 0.0 and report["warnings"] == [err.split(": ", 2)[2].strip()]
