@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from bench.errors import BudgetExhausted, MeterMisuse, shown
+from bench.errors import BudgetExhausted, ConfigError, MeterMisuse, shown
 
 
 PROGRESS_REPORTS = 1000
@@ -58,12 +58,13 @@ def check_planned_epochs(epochs: float, limit: float, what: str) -> None:
 
 
 def check_budget_size(budget_epochs) -> float:
-    """``budget_epochs`` as a float in (0, MAX_BUDGET_EPOCHS], or a one-line :class:`BudgetExhausted`."""
+    """``budget_epochs`` as a float in (0, MAX_BUDGET_EPOCHS], or a one-line :class:`ConfigError` (a budget that is no
+    budget is a bad argument; :class:`BudgetExhausted` is a method asking for more than a valid one)."""
     if isinstance(budget_epochs, bool) or not isinstance(budget_epochs, numbers.Real) or not budget_epochs > 0 \
             or budget_epochs == math.inf:  # NaN fails > 0; a whole number is compared, never converted (2^5000)
-        raise BudgetExhausted(f"the budget must be a positive number of epochs, got {shown(budget_epochs)}")
+        raise ConfigError(f"the budget must be a positive number of epochs, got {shown(budget_epochs)}")
     if budget_epochs > MAX_BUDGET_EPOCHS:
-        raise BudgetExhausted(f"the budget must be at most {MAX_BUDGET_EPOCHS:g} epochs (bdl-bench runs no more), got "
+        raise ConfigError(f"the budget must be at most {MAX_BUDGET_EPOCHS:g} epochs (bdl-bench runs no more), got "
                               f"{shown(budget_epochs)}")
     return float(budget_epochs)
 

@@ -31,8 +31,22 @@ DEBUG_ENV = "BDL_BENCH_DEBUG"
 """Set to 1 (or pass ``--debug``) to see the traceback of a failure instead of its one line."""
 
 
+MESSAGE_CHARS = 2000
+"""The most characters a :class:`BenchError`'s message keeps, where the Python API hands it to its caller whole (the
+command line shows at most :data:`SHOWN_TEXT_CHARS`): a value echoed into it, a task name of a million characters,
+is cut."""
+
+
 class BenchError(Exception):
-    """Base class for every error that is the user's to fix (bad input, missing data, budget)."""
+    """Base class for every error that is the user's to fix (bad input, missing data, budget). A message longer than
+    :data:`MESSAGE_CHARS` is cut to that length, saying how much was cut (so a cut message is cut no further when
+    the error is raised again, e.g. unpickled from a worker)."""
+
+    def __init__(self, *args):
+        if args and isinstance(args[0], str) and len(args[0]) > MESSAGE_CHARS:
+            suffix = f"... ({len(args[0]):,} characters, cut)"
+            args = (args[0][:MESSAGE_CHARS - len(suffix)] + suffix, *args[1:])
+        super().__init__(*args)
 
 
 class BudgetExhausted(BenchError):

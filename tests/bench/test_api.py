@@ -371,3 +371,24 @@ def test_without_pandas_a_dataframe_is_one_line_and_the_table_still_works(tmp_pa
     with pytest.raises(api.ConfigError, match=r"^dataframe needs pandas, which is not installed: pip install pandas"):
         api.dataframe(made)
     assert api.table(made)[0]["all.w1"] == made[0]["metrics"]["w1"]
+
+
+@pytest.mark.parametrize("budget", ["10", None, True, [1], float("nan"), 0, -1, 10**7])
+def test_a_budget_that_is_no_budget_is_a_bad_argument_not_an_exhausted_budget(budget, tmp_path):
+    from bench.errors import BudgetExhausted, ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        api.fit("toy-gap", "sgd", budget)
+    assert not isinstance(raised.value, BudgetExhausted)
+
+
+@pytest.mark.parametrize("call", [dict(task="x" * 100_000), dict(method="y" * 100_000),
+                                  dict(settings={"z" * 100_000: 1}), dict(label="l" * 100_000)])
+def test_an_error_message_is_cut_however_long_the_value_it_echoes(call, tmp_path):
+    from bench.errors import MESSAGE_CHARS
+
+    with pytest.raises(api.BenchError) as raised:
+        api.run(**{**TOY, "out": tmp_path / "runs", **call})
+    line = str(raised.value)
+    assert len(line) <= MESSAGE_CHARS and line.endswith("characters, cut)") and "\n" not in line
+    assert str(type(raised.value)(line)) == line  # raised again (a worker's error unpickled), it is cut no further

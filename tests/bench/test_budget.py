@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from bench.budget import PROGRESS_REPORTS, BudgetMeter, MeteredData
-from bench.errors import BudgetExhausted, MeterMisuse
+from bench.errors import BudgetExhausted, ConfigError, MeterMisuse
 
 
 def test_charges_exact_examples_and_refuses_overspending():
@@ -25,7 +25,7 @@ def test_fractional_budget_is_exact_in_examples():
 
 @pytest.mark.parametrize("budget", [0, -1, float("inf"), float("nan")])
 def test_invalid_budget_is_refused(budget):
-    with pytest.raises(BudgetExhausted):
+    with pytest.raises(ConfigError, match="the budget must be a positive number of epochs"):
         BudgetMeter(budget, n_train=10)
 
 

@@ -40,7 +40,7 @@ def test_other_commands_refuse_the_same_budgets(tmp_path, run_cli, command):
 
 def test_the_meter_refuses_a_budget_beyond_the_limit():
     BudgetMeter(MAX_BUDGET_EPOCHS, N_TRAIN)
-    with pytest.raises(BudgetExhausted, match="at most 1e"):
+    with pytest.raises(ConfigError, match="at most 1e"):
         BudgetMeter(MAX_BUDGET_EPOCHS * 2, N_TRAIN)
 
 
