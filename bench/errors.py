@@ -49,6 +49,11 @@ class BenchError(Exception):
         super().__init__(*args)
 
 
+class MachineRefused(BenchError):
+    """What was asked is sound but the machine refused it (a read-only or full disk, no permission, a path too long):
+    exit code 3, as the :class:`OSError` it stands for would be. Made by :func:`cannot_write`."""
+
+
 class BudgetExhausted(BenchError):
     """A method asked for more training data than its epoch budget allows."""
 
@@ -156,6 +161,20 @@ _OS_ADVICE = {
 }
 
 
+REFUSED_WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+                                  errno.ENAMETOOLONG})
+"""Why writing a path fails when the machine refuses it (exit 3); otherwise the path itself is wrong (a file where a
+folder should be: exit 2)."""
+
+
+def cannot_write(what: str, error: OSError, advice: str = "") -> BenchError:
+    """The error to raise where ``what`` (``cannot write to output folder runs``) failed with ``error``: one line with
+    its reason and ``advice``, a :class:`MachineRefused` (exit 3) where the machine refused, else a
+    :class:`BenchError` (exit 2)."""
+    kind = MachineRefused if error.errno in REFUSED_WRITE_ERRNOS else BenchError
+    return kind(f"{what}: {error.strerror or error}{'; ' + advice if advice else ''}")
+
+
 MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
 """What an operating system error says when the machine refused (a full disk, no memory, no file handles left),
 whoever's code asked: exit 3 even in a method's own code, where any other operating system error is its own."""
@@ -216,6 +235,8 @@ def describe_failure(error: BaseException) -> tuple[int, str]:
 def _described(error: BaseException) -> tuple[int, str]:
     if isinstance(error, (MethodFailed, FailedElsewhere)):
         return error.exit_code, text_of(error)
+    if isinstance(error, MachineRefused):
+        return EXIT_ENVIRONMENT, text_of(error)
     if isinstance(error, BenchError):
         return EXIT_BAD_INPUT, text_of(error)
     if isinstance(error, MemoryError):

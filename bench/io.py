@@ -22,7 +22,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from bench.errors import BenchError, DamagedFile
+from bench.errors import BenchError, DamagedFile, cannot_write
 
 JSON_BYTES_LIMIT = 64 * 2**20
 """The largest JSON file bdl-bench reads (its own are kilobytes; a run's record with every argument is
@@ -104,7 +104,7 @@ def exclusive(lock_path: Path, busy: str, unwritable: str) -> Iterator[None]:
     try:
         lock = open(lock_path, "a")
     except OSError as error:
-        raise BenchError(f"{unwritable}: {error.strerror or error}") from None
+        raise cannot_write(unwritable, error) from None
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

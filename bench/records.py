@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from bench.errors import COMMAND_LINE, BenchError, ConfigError, DamagedFile, Spelling, shown
+from bench.errors import COMMAND_LINE, BenchError, ConfigError, DamagedFile, Spelling, cannot_write, shown
 from bench.io import atomic_write_bytes, exclusive, json_bytes, json_depth, npz_bytes, read_json
 
 RESULT = "result.json"
@@ -94,7 +94,7 @@ def check_writable(folder: Path, force: bool, config: dict | None = None) -> Non
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise BenchError(f"cannot write to output folder {folder}: {error.strerror or error}") from None
+        raise cannot_write(f"cannot write to output folder {folder}", error) from None
 
 
 @contextlib.contextmanager

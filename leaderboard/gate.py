@@ -65,7 +65,7 @@ from tabulate import tabulate
 from approximators import METHOD_NAME, METHODS, get_method, resolve_config
 from bench import executors, records
 from bench.budget import DEFAULT_MAX_EPOCHS, check_budget_size, check_planned_epochs
-from bench.errors import BenchError, DamagedFile, FailedElsewhere, shown
+from bench.errors import BenchError, DamagedFile, FailedElsewhere, cannot_write, shown
 from bench.records import SEED_LIMIT
 from bench.runner import RunSpec, environment, numerics_changes, run
 from bench.tasks import DEFAULT_TASKS, all_task_names, get_task
@@ -271,8 +271,8 @@ def _check_writable(path: Path) -> None:
         raise BenchError(f"cannot write the baseline {path}: the folder {folder} does not exist; create it first") \
             from None
     except OSError as error:
-        raise BenchError(f"cannot write the baseline {path}: {error.strerror or error}; nothing was measured, "
-                         "choose a writable path") from None
+        raise cannot_write(f"cannot write the baseline {path}", error,
+                           "nothing was measured, choose a writable path") from None
 
 
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,

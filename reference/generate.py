@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 import bench
 from bench import metrics
-from bench.errors import BenchError, DamagedFile
+from bench.errors import DamagedFile, cannot_write
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.io import atomic_write_bytes, exclusive, open_regular_file
 from bench.likelihoods import Categorical
@@ -180,7 +180,7 @@ def claimed_checkpoints(folder: Path, restart: bool = False) -> Iterator[None]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise BenchError(f"cannot write HMC checkpoints to {folder}: {error.strerror or error}") from None
+        raise cannot_write(f"cannot write HMC checkpoints to {folder}", error) from None
     with exclusive(folder / CHECKPOINT_LOCK, busy=f"{folder} is in use by another generation of this task; wait for "
                                                   f"it to finish", unwritable=f"cannot write HMC checkpoints to {folder}"):
         if restart:

@@ -1,6 +1,7 @@
 """The command line end to end: a run writes a complete folder; bad input is one line and exit 2."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,30 @@ def test_unwritable_output_folder(tmp_path, run_cli):
     code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap",
                            "--out", str(blocker), "--quiet")
     assert code == 2 and "cannot write to output folder" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("errno_name", ["EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "ENAMETOOLONG"])
+def test_an_output_folder_or_baseline_the_machine_refuses_is_exit_code_3(errno_name, tmp_path, monkeypatch, run_cli):
+    """docs/running.md: a read-only or unwritable folder, a full disk, a path too long is the machine refusing (3);
+    a file where the folder should be (above) is the path's fault (2). Root writes read-only folders, so the refusal
+    is the file system's answer, given where bdl-bench first writes."""
+    import errno
+    import tempfile
+
+    from bench import records
+
+    def refused(*args, **kwargs):
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(records.Path, "mkdir", refused)
+        code, _, err = run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--out", str(tmp_path / "runs"),
+                               "--quiet")
+    assert code == 3 and err.startswith("error: cannot write to output folder") and err.count("\n") == 1, err
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    code, _, err = run_cli("check", "--update", "--baseline", str(tmp_path / "baseline.json"), "--method", "sgd",
+                           "--task", "toy-gap", "--seeds", "1")
+    assert code == 3 and err.startswith("error: cannot write the baseline") and err.count("\n") == 1, err
 
 
 def test_corrupted_reference_is_refused(tmp_path, monkeypatch, run_cli):
