@@ -45,7 +45,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError, DamagedFile
+from bench.errors import BenchError, DamagedFile, shown
 from bench.io import atomic_write_bytes, json_bytes, read_json, sha256_file
 
 CACHE_ENV = "BDL_BENCH_CACHE"
@@ -366,9 +366,26 @@ def remote_size(url: str) -> int | None:
     deadline = _Deadline(stall_seconds())
     try:
         with _open(url, 0, deadline, end=0) as response:
-            return _total_size(response, 0)
+            return _stated_size(url, response)
     finally:
         deadline.close()
+
+
+def _stated_size(url: str, response) -> int | None:
+    """The whole file's size as the server states it (a 206's Content-Range total, a 200's Content-Length), None
+    where it states none (no header, or a total of ``*``); a header that is there but no size is a
+    :class:`FetchError`, since what the cache knows of the file cannot be compared with it."""
+    if response.status == 206:
+        header, text = "Content-Range", response.headers.get("Content-Range", "").rpartition("/")[2].strip()
+        absent = text in ("", "*")
+    else:
+        header, text = "Content-Length", (response.headers.get("Content-Length") or "").strip()
+        absent = not text
+    if absent:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise FetchError(f"{url}: the server states its size as {shown(text)} in its {header}, not a number of bytes")
+    return int(text)
 
 
 def _total_size(response, start: int) -> int | None:

@@ -62,9 +62,10 @@ class FileServer:
                     return
                 body = data[start:end + 1]
                 self.send_response(206 if ranged else 200)
+                garbled = fault == "garbled-size"  # a size header that is there but is no size
                 if ranged:
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-                self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{'12x' if garbled else len(data)}")
+                self.send_header("Content-Length", "lots" if garbled else str(len(body)))
                 self.end_headers()
                 if isinstance(fault, tuple) and fault[0] == "cut":
                     self.wfile.write(body[:fault[1]])

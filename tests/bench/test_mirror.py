@@ -79,6 +79,18 @@ def test_a_complete_mirror_passes_and_a_server_ignoring_ranges_is_read_from_its_
     assert "5 files of 1 task(s) checked: 5 present" in out
 
 
+def test_a_size_header_that_is_no_size_is_unreadable_not_present(file_server, official_files, sizes, tmp_path,
+                                                                  run_cli):
+    file_server.files.update(official_files)
+    file_server.faults[RESIZED] = ["garbled-size"]
+    code, out, err = run_cli("fetch", "--task", "imdb", "--check-mirror", "--cache", tmp_path, "--data-url",
+                             file_server.url + "data/", "--reference-url", file_server.url + "reference/")
+    assert code == 1, err
+    assert _lines(out)[RESIZED].startswith(f"unreadable: imdb: {file_server.url}{RESIZED} (")
+    assert "states its size as '12x' in its Content-Range, not a number of bytes" in _lines(out)[RESIZED]
+    assert "4 present" in out
+
+
 def test_a_size_recorded_by_an_earlier_fetch_is_checked(file_server, official_files, fixture_checksums, tmp_path,
                                                         run_cli):
     file_server.files.update(official_files)
