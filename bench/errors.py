@@ -246,6 +246,9 @@ def _described(error: BaseException) -> tuple[int, str]:
         where = f"{_flat(error.filename)}: " if error.filename is not None else ""
         advice = _OS_ADVICE.get(error.errno, _flat(error.strerror or error))
         return EXIT_ENVIRONMENT, f"{where}{advice}"
+    if isinstance(error, sqlite3.OperationalError) and "readonly" in str(error):
+        return EXIT_ENVIRONMENT, ("the leaderboard database is read-only (it became so while open); make it writable "
+                                  "or choose another file with --db (nothing was committed)")
     if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
         return EXIT_ENVIRONMENT, ("the leaderboard database is locked by another process for longer than the "
                                   "wait allows; run again when it has finished")

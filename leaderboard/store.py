@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.errors import BenchError, MachineRefused
 
 DB_ENVIRONMENT_VARIABLE = "BDL_BENCH_DB"
 BUSY_TIMEOUT_SECONDS = 60.0
@@ -202,6 +202,9 @@ class Store:
         if _existing_database(self.path) and _version_if_ours(self.path) > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema version {_version_if_ours(self.path)}, newer than this "
                              f"release's {SCHEMA_VERSION}; upgrade bdl-bench to write it")
+        if self.path.is_file() and not os.access(self.path, os.W_OK):  # SQLite would open it read-only, then fail
+            raise MachineRefused(f"the leaderboard database {self.path} is read-only (no write permission, or "
+                                 "immutable); make it writable or choose another file with --db; nothing was written")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are opened explicitly, so BEGIN IMMEDIATE is honoured.

@@ -38,6 +38,7 @@ from bench.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
 from leaderboard import store
 from leaderboard.render import render
 from leaderboard.store import RunRow, Store
+from tests.leaderboard.conftest import write_run
 from tests.reliability.test_error_boundary import assert_one_line
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -446,6 +447,26 @@ def test_a_database_in_a_read_only_folder_can_be_read_and_no_file_is_created(tmp
         during = snapshot(db)
     assert code == 0 and "'=1+1" in out, err
     assert during == before, "a read changed the file or created one next to it"
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_writing_a_read_only_database_file_is_the_machine_refusing_and_creates_nothing(tmp_path, run_cli, journal):
+    """It was "damaged or not a bdl-bench database" (exit 2), with -wal and -shm files left beside it."""
+    db = make_board(tmp_path / "board.sqlite", journal=journal)
+    run = write_run(tmp_path / "runs", "digits", method="new")
+    before = snapshot(db)
+    with read_only(db):
+        code, _, err = run_cli("submit", run, "--db", db, "--name", "alice")
+        during = snapshot(db)
+    assert_one_line(code, err, EXIT_ENVIRONMENT, str(db), "is read-only", "nothing was written")
+    assert during == before
+
+
+def test_a_database_that_turns_read_only_while_open_is_the_machine_refusing():
+    from bench.errors import describe_failure
+
+    code, line = describe_failure(sqlite3.OperationalError("attempt to write a readonly database"))
+    assert code == EXIT_ENVIRONMENT and "read-only" in line and "damaged" not in line
 
 
 def test_a_write_ahead_log_that_cannot_be_read_on_read_only_media_is_one_line(tmp_path, run_cli):
