@@ -161,8 +161,8 @@ def fidelity_tables(shipped: list[RunRow]) -> str:
     values: dict[tuple, list[float]] = {}
     changed = {row.method for row in shipped if row.architecture_change}
     for row in shipped:
-        kind = get_task(row.task).kind
-        values.setdefault((row.method, row.task, row.budget), []).append(row.metrics[OVERALL_BLOCK][DOC_DISTANCE[kind]])
+        values.setdefault((row.method, row.task, row.budget), []).append(
+            row.metrics[OVERALL_BLOCK][DOC_DISTANCE[row.task_kind]])
     blocks = []
     for tasks in DOC_TASK_GROUPS:
         columns = [(task, budget) for task in tasks for budget in DOC_BUDGETS]
@@ -177,8 +177,9 @@ def fidelity_tables(shipped: list[RunRow]) -> str:
             lines.append(f"| `{method}`{' †' if method in changed else ''} | " + " | ".join(cells) + " |")
         floors = []
         for task in tasks:
-            reference = load_reference(get_task(task))
-            distance = DOC_DISTANCE[reference.metadata["task"]["kind"]]
+            found = get_task(task)
+            reference = load_reference(found)
+            distance = DOC_DISTANCE[found.kind]
             floors.append(f"`{task}` {reference.noise_floor['all'][distance]:.4f}")
         blocks.append("\n".join(lines) + "\n\nNoise floors (" + ", ".join(floors) + ").\n")
     return "\n".join(blocks)

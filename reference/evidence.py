@@ -145,11 +145,9 @@ def load(path: Path, advice: str) -> Evidence:
 
 
 def _parts(task: Task, reference: np.ndarray, evidence: Evidence, k: int) -> list[np.ndarray]:
-    """The reference split into ``k`` predictives of disjoint, consecutive groups of chains."""
-    if task.kind == "classification":
-        grouped = evidence.chain_average.astype(np.float64).reshape(k, -1, *evidence.chain_average.shape[1:])
-        return list(grouped.mean(axis=1))
-    return np.split(reference, k, axis=1)
+    """The reference split into ``k`` predictives of disjoint, consecutive groups of chains (:func:`_half` of each)."""
+    size = evidence.chains // k
+    return [_half(task, reference, evidence, list(range(i * size, (i + 1) * size))) for i in range(k)]
 
 
 def _distances(task: Task, a: np.ndarray, b: np.ndarray) -> dict[str, float]:
