@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -27,8 +28,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NoReturn
 
+from bench import descendants
 from bench.errors import (COMMAND_LINE, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError, ConfigError,
-                          FailedElsewhere, Spelling, describe_failure)
+                          FailedElsewhere, Spelling, describe_failure, terminal_text)
 
 if TYPE_CHECKING:  # the real import would load torch before a worker has set its thread variables
     from bench.runner import RunSpec
@@ -151,10 +153,11 @@ def run_in_process(specs: Iterable["RunSpec"], threads: int, on_finished: Callab
 
 
 def _exit_with_parent(parent_pid: int) -> None:
-    """A worker whose sweep is gone (killed, even with SIGKILL) stops at once instead of finishing its run
-    and keeping the run folder locked."""
+    """A worker whose sweep is gone (killed, even with SIGKILL) stops at once, with every process its method
+    started, instead of finishing its run and keeping the run folder locked."""
     while os.getppid() == parent_pid:
         time.sleep(PARENT_CHECK_SECONDS)
+    descendants.end_own_tree()
     os._exit(1)
 
 
@@ -167,37 +170,76 @@ def end_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _serve(connection, threads: int, parent_pid: int) -> None:
+def _serve(connection, threads: int, parent_pid: int, token: str) -> None:
     """A local worker process: answers each request it receives (``("run", spec, progress)``: the run's
     :class:`Outcome`, with ``("epochs", used)`` messages before it when ``progress``; ``("check", methods,
     cases)``: :func:`check_methods`'s; ``("call", function, args)``: :func:`called`'s), telling the parent which
-    method's code it is in as it enters and leaves it (``("in", name, part)``)."""
+    method's code it is in as it enters and leaves it (``("in", name, part)``). It leads a process group of its
+    own, adopts what its method's processes orphan and marks its environment with ``token``
+    (:mod:`bench.descendants`): after each run or call, what the method started and left running is killed, with
+    a note. A ``KeyboardInterrupt`` raised here is the method's (this process receives no Ctrl-C: it is in a group
+    of its own and ignores SIGINT), and nothing it raises prints a traceback."""
+    try:
+        _serve_requests(connection, threads, parent_pid, token)
+    except BaseException:  # noqa: BLE001 - an interrupt or exit between requests: the parent reports the death
+        end_process(1)
+    end_process(0)
+
+
+def _serve_requests(connection, threads: int, parent_pid: int, token: str) -> None:
     os.environ.update(thread_environment(threads))  # before torch loads OpenMP and MKL, which read them once
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the sweep stops us
+    os.environ[descendants.TREE_VARIABLE] = token
+    descendants.lead_group()
+    descendants.adopt_orphans()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep stops us
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     import torch
 
     from approximators import boundary
 
     torch.set_num_threads(threads)
-    boundary.on_call = lambda name, part: connection.send(("in", name, part))
+    entered: list = [None, None]
+    """The method and part whose code ran last (what a KeyboardInterrupt and a left-behind process are said of)."""
+
+    def on_call(name, part):
+        if name is not None:
+            entered[:] = [name, part]
+        connection.send(("in", name, part))
+
+    boundary.on_call = on_call
     while True:
         try:
             request = connection.recv()
         except EOFError:  # the sweep closed its end: nothing more to run
             break
-        if request[0] == "run":
-            _, spec, progress = request
-            outcome = attempt(spec, (lambda used: connection.send(("epochs", used))) if progress else None)
-        elif request[0] == "call":
-            outcome = called(request[1], *request[2])
-        else:
-            outcome = check_methods(*request[1:])
+        entered[:] = [None, None]
+        try:
+            if request[0] == "run":
+                _, spec, progress = request
+                outcome = attempt(spec, (lambda used: connection.send(("epochs", used))) if progress else None)
+            elif request[0] == "call":
+                outcome = called(request[1], *request[2])
+            else:
+                outcome = check_methods(*request[1:])
+        except KeyboardInterrupt:
+            name, part = entered
+            who = f"method {name!r}" if name else "the method"
+            outcome = Outcome(None, EXIT_METHOD, f"{who} raised KeyboardInterrupt in its {part or 'code'} (not a "
+                                                 "Ctrl-C of the command's, which its process does not receive); it is "
+                                                 "the method's failure, not bdl-bench's")
+        if request[0] != "check":  # what a method's import started may serve its runs; it ends with the worker
+            _say_left_behind(descendants.end_own_tree(), entered[0], "after its run")
         try:
             connection.send(outcome)
         except OSError:  # the sweep is gone
             break
-    end_process(0)
+
+
+def _say_left_behind(killed: list[int], name: str | None, where: str) -> None:
+    """A note on standard error when a method's processes had to be killed."""
+    if killed:
+        who = f"method {terminal_text(repr(name))}" if name else "a method"
+        print(f"note: {who}: {descendants.left_behind_line(len(killed), where)}", file=sys.stderr, flush=True)
 
 
 STOP_SECONDS = 10.0
@@ -211,7 +253,9 @@ DIED = object()
 class _Worker:
     def __init__(self, context, threads: int):
         self.connection, theirs = context.Pipe()
-        self.process = context.Process(target=_serve, args=(theirs, threads, os.getpid()), daemon=True)
+        self.token = secrets.token_hex(16)
+        """What marks the environment of the worker and of every process its method starts."""
+        self.process = context.Process(target=_serve, args=(theirs, threads, os.getpid(), self.token), daemon=True)
         self.process.start()
         theirs.close()  # only the worker holds its end, so it sees end-of-file when the sweep closes ours
         self.method: str | None = None
@@ -248,6 +292,8 @@ class _Worker:
         return self.connection in connections or self.process.sentinel in connections
 
     def stop(self, kill: bool) -> None:
+        """Ends the worker (at once with ``kill``, an interrupt's, else once it has answered) and every process
+        its method started, with a note when there were any (none after an interrupt: all is stopped)."""
         self.connection.close()
         if kill:
             self.process.kill()
@@ -255,6 +301,13 @@ class _Worker:
         if self.process.is_alive():  # held up by something it runs: it has had its chance
             self.process.kill()
             self.process.join()
+        killed = self.end_left_behind()
+        if not kill:
+            _say_left_behind(killed, self.method or None, "when its process ended")
+
+    def end_left_behind(self) -> list[int]:
+        """Kills what the ended worker's method left running (:func:`bench.descendants.end_tree_of`)."""
+        return descendants.end_tree_of(self.process.pid, self.token)
 
 
 def _kind(method: object) -> str:
@@ -269,19 +322,21 @@ def _death(worker: _Worker, method: str | None, part: str | None = None) -> Outc
     process = worker.process
     process.join()
     code = process.exitcode
+    killed = worker.end_left_behind()
+    left = f"; {descendants.left_behind_line(len(killed), 'after it ended')}" if killed else ""
     how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
            -code in signal.Signals._value2member_map_ else f"ended with exit code {code}")
     name, part = worker.inside or (method, part)
     if code == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
         whose = f"method {name!r}: its process" if name else "its worker process"
         return Outcome(None, EXIT_ENVIRONMENT, f"{whose} was killed by SIGKILL (out of memory, or killed by hand); "
-                                               "run again to retry it")
+                                               f"run again to retry it{left}")
     if name is None:
-        return Outcome(None, EXIT_INTERNAL, f"its worker process {how}")
+        return Outcome(None, EXIT_INTERNAL, f"its worker process {how}{left}")
     where = f" in its {part}" if part else ""
     return Outcome(None, EXIT_METHOD, f"method {name!r}: its process {how}{where}, without a result (os._exit, a "
                                       "crash or a signal in the method's code); it is the method's failure, not "
-                                      "bdl-bench's")
+                                      f"bdl-bench's{left}")
 
 
 class Isolated:
@@ -294,6 +349,7 @@ class Isolated:
     def __init__(self, method: str, threads: int):
         self.method = method
         self._worker = _Worker(multiprocessing.get_context("spawn"), threads)
+        self._worker.method = method
 
     def attempt(self, spec: "RunSpec", on_progress: Callable[[float], None] | None = None) -> Outcome:
         """Runs ``spec`` there; its outcome, the process's death included."""

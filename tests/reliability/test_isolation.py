@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = textwrap.dedent('''
     import ctypes
     import os
+    import subprocess
+    import sys
     import threading
     import time
 
@@ -57,6 +59,37 @@ MODULE = textwrap.dedent('''
                 open(mark, "w").close()
                 os._exit(0)
             super().fit(problem, data, generator)
+
+    SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+    def start_children():
+        """Three sleepers: one holding the command's standard output, one in a session of its own, one in a
+        session of its own with an empty environment; their pids go to the file $CHILDREN_FILE."""
+        children = [subprocess.Popen(SLEEPER),
+                    subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL),
+                    subprocess.Popen(SLEEPER, start_new_session=True, env={}, stdout=subprocess.DEVNULL)]
+        with open(os.environ["CHILDREN_FILE"], "w") as pids:
+            pids.write(" ".join(str(child.pid) for child in children))
+
+    class LeavesChildren(Uncatchable):
+        name = "leaves-children"
+        def fit(self, problem, data, generator):
+            start_children()
+            super().fit(problem, data, generator)
+
+    class LeavesChildrenAndExits(Uncatchable):
+        name = "leaves-children-and-exits"
+        def fit(self, problem, data, generator):
+            children = [subprocess.Popen(SLEEPER),
+                        subprocess.Popen(SLEEPER, start_new_session=True, stdout=subprocess.DEVNULL)]
+            with open(os.environ["CHILDREN_FILE"], "w") as pids:
+                pids.write(" ".join(str(child.pid) for child in children))
+            os._exit(0)
+
+    class RaisesInterrupt(Uncatchable):
+        name = "raises-interrupt"
+        def fit(self, problem, data, generator):
+            raise KeyboardInterrupt
 
     class ChangesDirectory(Uncatchable):
         name = "changes-directory"
@@ -176,3 +209,54 @@ def test_verify_reports_a_re_execution_that_ends_its_process_and_verifies_the_ot
     assert_one_line(code, err, EXIT_METHOD)
     assert _failed(err, "exits-once", "fit", "ended with exit code 0"), err
     assert not db.exists()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+def _children(path: Path) -> list[int]:
+    return [int(pid) for pid in path.read_text().split()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="processes are found through Linux's /proc")
+def test_processes_a_method_leaves_running_are_killed_with_its_run_and_said_so(tmp_path, site, monkeypatch):
+    """Issue 49, kind 3: a child holding standard output kept `python -m bench ... | tee log` open for as long as
+    the child lived (here 600 s: the timeout would fail the test), and children in sessions of their own (one with
+    an empty environment) outlived the run as orphans, with nothing said."""
+    monkeypatch.setenv("CHILDREN_FILE", str(tmp_path / "children"))
+    done = subprocess.run([sys.executable, "-m", "bench", "--method", "uncatchable:LeavesChildren", "--budget", "2",
+                           "--task", "toy-gap", "--out", str(tmp_path / "runs"), "--quiet"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "method 'leaves-children': 3 process(es) it started were still running " \
+                                            "after its run and were killed" in done.stderr, done.stderr
+    assert not any(_running(pid) for pid in _children(tmp_path / "children"))
+    assert (records.run_folder(tmp_path / "runs", "toy-gap", "leaves-children", 2, 0) / records.RESULT).exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="processes are found through Linux's /proc")
+def test_processes_left_by_a_method_whose_process_died_are_killed_and_named_in_its_line(tmp_path, site, monkeypatch):
+    """Issue 49, kind 3, when the method's process itself ends (os._exit): its orphans, one in a session of its own,
+    are found by its group and its environment's mark."""
+    monkeypatch.setenv("CHILDREN_FILE", str(tmp_path / "children"))
+    done = subprocess.run([sys.executable, "-m", "bench", "--method", "uncatchable:LeavesChildrenAndExits",
+                           "--budget", "2", "--task", "toy-gap", "--out", str(tmp_path / "runs"), "--quiet"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    assert_one_line(done.returncode, done.stderr, EXIT_METHOD,
+                    "2 process(es) it started were still running after it ended and were killed")
+    assert _failed(done.stderr, "leaves-children-and-exits", "fit", "ended with exit code 0"), done.stderr
+    assert not any(_running(pid) for pid in _children(tmp_path / "children"))
+
+
+def test_a_keyboard_interrupt_raised_in_a_method_s_process_is_one_line(tmp_path, site):
+    """Issue 49, kind 4: it printed multiprocessing's traceback of the worker process before bdl-bench's line."""
+    code, _, err = _command("--method", "uncatchable:RaisesInterrupt", "--budget", "2", "--task", "toy-gap", "--out",
+                            tmp_path / "runs", "--quiet")
+    assert_one_line(code, err, EXIT_METHOD, "method 'raises-interrupt' raised KeyboardInterrupt in its fit")
+    assert not list((tmp_path / "runs").rglob(records.RESULT))
