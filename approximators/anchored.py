@@ -93,7 +93,8 @@ class AnchoredEnsemble(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         c, members = self.config, self.members(budget)
-        return Footprint(members if c.vectorise else 1, steps_for(c.epochs, n_train, c.batch_size), what="member")
+        return Footprint(members if c.vectorise else 1, steps_for(c.epochs, n_train, c.batch_size), what="member",
+                         members=members, rows=min(c.batch_size, n_train))
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

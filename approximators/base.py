@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import sys
 import typing
@@ -28,7 +27,8 @@ import torch
 from torch import nn
 
 from bench.budget import BudgetMeter, MeteredData
-from bench.errors import COMMAND_LINE, BudgetExhausted, ConfigError, Spelling, shown
+from bench.errors import COMMAND_LINE, ConfigError, DoesNotFit, Spelling, shown
+from bench.memory import Room, room
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -130,11 +130,27 @@ class PredictiveAccumulator:
 
 STATE_COPIES = 8
 """Parameter-sized tensors a network in training holds at once in the memory plan (parameters, gradient,
-two optimiser moments, anchor, best-so-far copy and working space): an estimate that leaves activations out,
-so the plan refuses only what cannot fit."""
+two optimiser moments, anchor, best-so-far copy and working space)."""
+
+ACTIVATION_COPIES = 2
+"""Copies of what a network's forward pass saves for its backward pass (:func:`activations_per_row`) that a training
+step holds per row at its peak in the memory plan: the saved tensors and the gradients with respect to them."""
+
+BYTES_PER_OUTPUT = 20
+"""Bytes the predictive holds per member, test row and output while it is evaluated: the float32 chunks, their
+concatenation and its float64 copy."""
 
 BYTES_PER_SCHEDULE_STEP = 32
 """A per-step schedule entry held as a Python float in a list (the object and its pointer)."""
+
+
+MEMBER_COPIES = 2
+"""Parameter-sized tensors the memory plan counts for every member or chain a run creates, trained together or
+not: its initial parameters and its anchor, which the methods build for all members before training them."""
+
+MEMBER_OVERHEAD_BYTES = 4096
+"""What else a member or chain holds while the run lasts: its ``torch.Generator`` (2.7 kB measured, 100,000 of them
+at once), its seeds and list entries, rounded up."""
 
 
 @dataclass(frozen=True)
@@ -143,16 +159,68 @@ class Footprint:
 
     ``networks``: networks trained together (vectorised members or chains), each with its training state;
     ``schedule_steps``: entries of the per-step schedules it materialises; ``kept``: further
-    parameter-sized vectors it keeps (SWAG's moments and deviations)."""
+    parameter-sized vectors it keeps (SWAG's moments and deviations, VOGN's per-example gradients); ``members``:
+    members or chains it creates in all, together or one group after another (:data:`MEMBER_COPIES`,
+    :data:`MEMBER_OVERHEAD_BYTES`); ``rows``: the rows each network computes on in one step (its minibatch, or
+    the training set for a full-batch method), whose activations it holds (:data:`ACTIVATION_COPIES`)."""
 
     networks: int
     schedule_steps: int
     kept: int = 0
     what: str = "network"
+    members: int = 0
+    rows: int = 0
 
-    def bytes(self, n_params: int) -> int:
-        return (self.networks * STATE_COPIES + self.kept) * n_params * 4 \
-            + self.schedule_steps * BYTES_PER_SCHEDULE_STEP
+    def bytes(self, n_params: int, row_bytes: int = 0, n_outputs: int = 0, n_test: int = 0) -> int:
+        """Bytes for networks of ``n_params`` parameters whose forward pass saves ``row_bytes`` per input row for
+        its backward pass, predicting ``n_outputs`` numbers for each of ``n_test`` test rows: the training state
+        and what the members hold, plus the larger of a training step's activations and the predictive's
+        evaluation (its outputs, and its layers' outputs on a chunk of test rows, taken as one copy of what a
+        training step saves). An estimate from below: it refuses only what cannot fit, and running out of memory
+        later is still the machine's refusal (exit 3)."""
+        state = (self.networks * STATE_COPIES + self.kept + self.members * MEMBER_COPIES) * n_params * 4 \
+            + self.schedule_steps * BYTES_PER_SCHEDULE_STEP + self.members * MEMBER_OVERHEAD_BYTES
+        training = self.networks * self.rows * row_bytes * ACTIVATION_COPIES
+        evaluation = self.networks * (min(n_test, EVAL_CHUNK) * row_bytes + n_test * n_outputs * BYTES_PER_OUTPUT)
+        return state + max(training, evaluation)
+
+
+PROBE_ROWS = 8
+"""Test rows of the forward pass that measures what a network's training step holds per row."""
+
+
+def activations_per_row(model_factory: Callable[[], nn.Module], x: torch.Tensor) -> tuple[int, int]:
+    """For one network on the input rows ``x`` ``(R, *input_shape)``, R >= 2: the bytes per row of what its forward
+    pass saves for the backward pass (every saved tensor but its parameters and input, counted through
+    ``torch.autograd.graph.saved_tensors_hooks``), as the difference between passes on R and R // 2 rows (what it
+    saves once per pass, an LSTM's initial state, is left out), and the numbers it outputs per row (on the CPU).
+    PyTorch's global generator is left as it was (a run's results must not depend on its plan)."""
+    with torch.random.fork_rng(devices=[]):
+        return _activations_per_row(model_factory, x)
+
+
+def _activations_per_row(model_factory: Callable[[], nn.Module], x: torch.Tensor) -> tuple[int, int]:
+    model = model_factory()
+
+    def saved_bytes(rows: torch.Tensor) -> tuple[int, int]:
+        own = {p.data_ptr() for p in model.parameters()} | {rows.data_ptr()}
+        saved: dict[tuple, int] = {}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.data_ptr() not in own:
+                saved[(tensor.data_ptr(), tuple(tensor.shape))] = tensor.numel() * tensor.element_size()
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            output = model(rows)
+        return sum(saved.values()), output.numel() // rows.shape[0]
+
+    # Zeros of the rows' shape and type: the plan reads no test row (the honesty probe counts every one a network
+    # computes on), and what is saved depends on shapes alone.
+    x = torch.zeros(tuple(x.shape), dtype=x.dtype)
+    half = x.shape[0] // 2
+    (full, outputs), (part, _) = saved_bytes(x.clone()), saved_bytes(x[:half].clone())
+    return max(math.ceil((full - part) / (x.shape[0] - half)), 0), outputs
 
 
 def epochs_unspent(meter: BudgetMeter) -> float:
@@ -165,35 +233,42 @@ def steps_for(epochs: float, n_train: int, batch_size: int) -> int:
     return math.floor(epochs + 1e-9) * math.ceil(n_train / batch_size)
 
 
-def device_memory(device: torch.device) -> int:
-    """Bytes of memory on ``device``: the GPU's total, or the machine's physical memory."""
+def device_memory(device: torch.device) -> Room:
+    """What a run on ``device`` may allocate: the GPU's total memory, or on the CPU the least of the machine's
+    physical memory and what the process's address-space and control-group limits leave (:func:`bench.memory.room`)."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return Room(torch.cuda.get_device_properties(device).total_memory, f"of {device}'s memory")
+    return room()
 
 
-def check_footprint(approximator: "Approximator", budget: float, n_train: int, n_params: int,
-                    device: torch.device) -> None:
-    """Plan before allocating: one line when what the settings and budget imply cannot fit in ``device``'s memory."""
+def check_footprint(approximator: "Approximator", budget: float, problem: "Problem") -> None:
+    """Plan before allocating: one line (:class:`~bench.errors.DoesNotFit`) when what the settings and budget imply
+    on ``problem`` cannot fit in the memory its device leaves the run."""
+    n_train, n_test, device = problem.n_train, problem.x_test.shape[0], problem.device
+    n_params = sum(p.numel() for p in problem.model_factory().parameters())
     footprint = approximator.footprint(budget, n_train)
-    counts = ("networks", "schedule_steps", "kept")
+    counts = ("networks", "schedule_steps", "kept", "members", "rows")
     if type(footprint) is not Footprint or not all(
             type(getattr(footprint, count)) is int and getattr(footprint, count) >= 0 for count in counts):
         from approximators.boundary import method_fault
 
         method_fault(type(approximator), f"method {approximator.name!r}: its footprint must be a Footprint of "
                                          f"whole numbers >= 0 ({', '.join(counts)}); got {shown(footprint)}")
-    needed, available = footprint.bytes(n_params), device_memory(device)
-    if needed > available:
+    needed = footprint.bytes(n_params, *activations_per_row(problem.model_factory, problem.x_test[:PROBE_ROWS]), n_test)
+    available = device_memory(device)
+    if needed > available.bytes:
         held = [f"trains {footprint.networks:,} {footprint.what}(s) of {n_params:,} parameters together"]
+        if footprint.members > footprint.networks:
+            held.append(f"creates {footprint.members:,} in all")
         if footprint.kept:
             held.append(f"keeps {footprint.kept:,} more parameter vectors")
         if footprint.schedule_steps:
             held.append(f"schedules {footprint.schedule_steps:,} steps")
-        raise BudgetExhausted(
+        raise DoesNotFit(
             f"{approximator.name}: a budget of {budget:g} epochs with these settings {', '.join(held)}: at least "
-            f"{needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of {device}; lower the budget "
-            f"or what multiplies it (members, chains, runs, rank), or set vectorise=false where the method has it")
+            f"{needed / 2**30:,.1f} GiB, more than the {available.bytes / 2**30:,.1f} GiB {available.what}; "
+            f"lower the budget or what multiplies it (members, chains, runs, rank), or set vectorise=false where the "
+            f"method has it")
 
 
 class Approximator:
@@ -227,7 +302,9 @@ class Approximator:
         ``batch_size`` (a method without one is not assumed to hold a schedule); a method that trains
         members or chains together, or keeps more than its parameters, says so."""
         batch_size = getattr(self.config, "batch_size", None)
-        return Footprint(1, steps_for(budget, n_train, batch_size) if batch_size else 0)
+        if not batch_size:
+            return Footprint(1, 0)
+        return Footprint(1, steps_for(budget, n_train, batch_size), rows=min(batch_size, n_train))
 
     @classmethod
     def architecture_change(cls, config) -> str | None:

@@ -25,7 +25,7 @@ import os
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, NoReturn
 
-from bench.errors import EXIT_ENVIRONMENT, MACHINE_ERRNOS, BenchError, MethodFailed, text_of
+from bench.errors import EXIT_ENVIRONMENT, MACHINE_ERRNOS, BenchError, MethodFailed, out_of_memory, text_of
 
 on_call: Callable[[str | None, str | None], None] | None = None
 """Hears ``(method name, part)`` as a call into someone else's code starts and ``(None, None)`` as it ends (a worker
@@ -56,7 +56,7 @@ def failure_line(name: str, what: str, error: BaseException) -> str:
     shown, :func:`bench.errors.describe_failure`)."""
     if isinstance(error, SystemExit):
         return f"method {name!r} exited in its {what} ({exit_call(error)}); it is the method's failure, not bdl-bench's"
-    if isinstance(error, MemoryError):
+    if out_of_memory(error):
         return (f"method {name!r} ran out of memory in its {what}; lower its settings or the budget, or use a "
                 "machine with more memory")
     return f"method {name!r} failed in its {what}: {type(error).__name__}: {text_of(error)}"
@@ -64,7 +64,7 @@ def failure_line(name: str, what: str, error: BaseException) -> str:
 
 def _exit_code(error: BaseException) -> int | None:
     """Exit 3 for the machine's refusal (no memory, a full disk), whoever's code met it; None: the method's (4)."""
-    if isinstance(error, MemoryError) or (isinstance(error, OSError) and error.errno in MACHINE_ERRNOS):
+    if out_of_memory(error) or (isinstance(error, OSError) and error.errno in MACHINE_ERRNOS):
         return EXIT_ENVIRONMENT
     return None
 

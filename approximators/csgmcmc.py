@@ -144,7 +144,8 @@ class CyclicalSGMCMC(Approximator):
     def footprint(self, budget: float, n_train: int) -> Footprint:
         cycles, length = self.plan(budget)
         c = self.config
-        return Footprint(c.chains, 2 * steps_for(cycles * length, n_train, c.batch_size), what="chain")
+        return Footprint(c.chains, 2 * steps_for(cycles * length, n_train, c.batch_size), what="chain",
+                         members=c.chains, rows=min(c.batch_size, n_train))
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

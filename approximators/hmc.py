@@ -46,7 +46,7 @@ from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveA
                                 member_generators, next_seed)
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError, SamplerStuck
-from bench.functional import StackedModel, seeded_module
+from bench.functional import StackedModel
 from reference import hmc
 
 MAX_LEAPFROG_STEPS = 10_000
@@ -132,7 +132,7 @@ class BudgetedHMC(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         self.check_budget_rule(budget)  # refused when the run is planned, before training
-        return Footprint(self.config.chains, 0, what="chain")
+        return Footprint(self.config.chains, 0, what="chain", members=self.config.chains, rows=n_train)
 
     def check_budget_rule(self, budget: float) -> None:
         """Refuses, in one line, a budget with which some run could end before its first sample. With
@@ -171,8 +171,8 @@ class BudgetedHMC(Approximator):
         target = hmc.Target(log_likelihood, problem.prior_variance,
                             data=lambda chains: data.shared_batch(rows, copies=chains))
         integrator = hmc.Integrator(target, vectorise=c.vectorise, compiled=c.compiled)
-        initial = model.layout.flatten(StackedModel.stack(
-            [seeded_module(problem.model_factory, next_seed(g)) for g in generators])).to(data.device)
+        initial = model.layout.flatten(StackedModel.seeded(
+            problem.model_factory, [next_seed(g) for g in generators])).to(data.device)
         fixed_length = c.trajectory_length or hmc.default_trajectory_length(problem.prior_variance)
         start = initial.clone()
         state = hmc.init(initial, target, c.initial_step_size, adapt=True)

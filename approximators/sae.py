@@ -134,7 +134,8 @@ class SequentialAnchoredEnsemble(Approximator):
         c = self.config
         chains, _ = allocation(budget, c.first_epochs, c.sequential_epochs, c.chains, c.members_per_chain)
         return Footprint(chains if c.vectorise else 1,
-                         steps_for(max(c.first_epochs, c.sequential_epochs), n_train, c.batch_size), what="chain")
+                         steps_for(max(c.first_epochs, c.sequential_epochs), n_train, c.batch_size), what="chain",
+                         members=chains, rows=min(c.batch_size, n_train))
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -125,7 +125,8 @@ class StochasticGradientLangevin(Approximator):
     def footprint(self, budget: float, n_train: int) -> Footprint:
         epochs, _, _ = self.plan(budget)
         c = self.config
-        return Footprint(c.chains if c.vectorise else 1, steps_for(epochs, n_train, c.batch_size), what="chain")
+        return Footprint(c.chains if c.vectorise else 1, steps_for(epochs, n_train, c.batch_size), what="chain",
+                         members=c.chains, rows=min(c.batch_size, n_train))
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -28,7 +28,7 @@ from approximators.base import Problem, next_seed
 from approximators.engine import KeepBest, Objective, steps_per_epoch
 from approximators.updates import Adam, cosine_schedule
 from bench.budget import MeteredData
-from bench.functional import StackedModel, seeded_module
+from bench.functional import StackedModel
 from bench.likelihoods import Likelihood
 
 
@@ -65,7 +65,7 @@ def schedule_of(config: AdamConfig, prefix: str = "") -> AdamConfig:
 
 def initial_members(model_factory, seeds: list[int]) -> dict[str, torch.Tensor]:
     """PyTorch's default initialisation of one network per seed, stacked ``{name: (K, *shape)}``."""
-    return StackedModel.stack([seeded_module(model_factory, s) for s in seeds])
+    return StackedModel.seeded(model_factory, seeds)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ neither).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -198,7 +199,9 @@ class VOGN(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         self.plan(budget, n_train)  # a budget the rule cannot use is refused when the run is planned, before training
-        return super().footprint(budget, n_train)
+        # Its MC samples' forward passes: rows of each sample's minibatch.
+        return dataclasses.replace(super().footprint(budget, n_train),
+                                   rows=self.config.mc_samples * min(self.config.batch_size, n_train))
 
     def plan(self, budget: float, n_train: int) -> int:
         """Epochs trained after the initialisation minibatch (each costing ``mc_samples`` epochs), or a one-line error."""

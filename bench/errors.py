@@ -58,6 +58,12 @@ class BudgetExhausted(BenchError):
     """A method asked for more training data than its epoch budget allows."""
 
 
+class DoesNotFit(MachineRefused, BudgetExhausted):
+    """The memory plan found that a run with these settings and budget cannot fit in the memory the machine leaves
+    it: the machine's refusal (exit 3), as running out would be, found before anything is allocated; a sweep skips
+    such a run as it skips a budget too small."""
+
+
 class MetricInputError(BenchError, ValueError):
     """Predictions or references that cannot be scored (shape, finiteness, not probabilities)."""
 
@@ -225,6 +231,36 @@ def _flat(text: object, limit: int = EMBEDDED_TEXT_CHARS) -> str:
     return terminal_text(" ".join(text_of(text).split()), limit)
 
 
+TORCH_OUT_OF_MEMORY = ("can't allocate memory", "out of memory")
+"""What PyTorch's allocators say when refused memory, in the ``RuntimeError`` they raise (the CPU's
+``DefaultCPUAllocator: can't allocate memory``; CUDA's ``torch.OutOfMemoryError``, a ``RuntimeError`` too)."""
+
+CHAIN_DEPTH = 16
+"""How many causes and contexts of an exception are looked through for the memory refusal behind it."""
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the machine refusing memory, wherever it was met: a ``MemoryError``, an ``OSError`` of
+    ``ENOMEM`` or PyTorch's allocation failure, as the error or among its causes and contexts, or a
+    ``SystemError`` once this process's address space has come within reach of its limit
+    (:func:`bench.memory.address_space_exhausted`: C code refused a small allocation may lose the ``MemoryError``
+    and raise ``SystemError: error return without exception set``)."""
+    from bench.memory import address_space_exhausted
+
+    seen: BaseException | None = error
+    for _ in range(CHAIN_DEPTH):
+        if seen is None:
+            break
+        if isinstance(seen, MemoryError) or (isinstance(seen, OSError) and seen.errno == errno.ENOMEM):
+            return True
+        if isinstance(seen, RuntimeError) and any(words in str(seen) for words in TORCH_OUT_OF_MEMORY):
+            return True
+        if isinstance(seen, SystemError) and address_space_exhausted():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def describe_failure(error: BaseException) -> tuple[int, str]:
     """``(exit code, one line)`` for any failure, the line naming the file or setting and what to do; any text it
     carries from outside is shown as :func:`terminal_text` shows it."""
@@ -239,7 +275,7 @@ def _described(error: BaseException) -> tuple[int, str]:
         return EXIT_ENVIRONMENT, text_of(error)
     if isinstance(error, BenchError):
         return EXIT_BAD_INPUT, text_of(error)
-    if isinstance(error, MemoryError):
+    if out_of_memory(error):
         return EXIT_ENVIRONMENT, ("out of memory; lower the batch size, the members or chains, or the budget, "
                                   "or use a machine with more memory")
     if isinstance(error, OSError) and error.errno is not None:

@@ -75,6 +75,19 @@ class StackedModel:
         params, _ = stack_module_state(modules)
         return {n: p.detach().clone() for n, p in params.items()}
 
+    @staticmethod
+    def seeded(factory: Callable[[], nn.Module], seeds: list[int]) -> dict[str, torch.Tensor]:
+        """:meth:`stack` of one :func:`seeded_module` per seed, ``{name: (K, *shape)}``, built one at a time into
+        the stacked tensors: a run holds its members' parameters and one module, never ``K`` modules (a million
+        members of a small network are a few GB of modules, and the memory plan counts parameters)."""
+        stacked: dict[str, torch.Tensor] = {}
+        for k, seed in enumerate(seeds):
+            for name, parameter in seeded_module(factory, seed).named_parameters():
+                if k == 0:
+                    stacked[name] = torch.empty((len(seeds), *parameter.shape), dtype=parameter.dtype)
+                stacked[name][k] = parameter.detach()
+        return stacked
+
     def _single(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.base, params, (x,))
 

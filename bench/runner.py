@@ -164,9 +164,8 @@ def planned(method: type[Approximator], config, problem: Problem, data: MeteredD
     allocation failure hours in)."""
     with users_code(method, "settings"):
         approximator = method(config)
-    n_params = sum(p.numel() for p in problem.model_factory().parameters())
     with users_code(method, "footprint"):
-        check_footprint(approximator, data.meter.budget_epochs, data.n_train, n_params, data.device)
+        check_footprint(approximator, data.meter.budget_epochs, problem)
     return approximator
 
 

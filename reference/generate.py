@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 import bench
 from bench import metrics
 from bench.errors import DamagedFile, cannot_write
-from bench.functional import ParameterLayout, StackedModel, seeded_module
+from bench.functional import ParameterLayout, StackedModel
 from bench.io import atomic_write_bytes, exclusive, open_regular_file
 from bench.likelihoods import Categorical
 from bench.tasks import PREDICTIVE_SAMPLES, Task
@@ -243,7 +243,7 @@ def run_chain_group(task: Task, settings: HMCSettings, chains: list[int], device
     saved = None if path is None else _load_checkpoint(path, identity, restart, total)
     if saved is None:
         layout = ParameterLayout.of(task.model_factory())
-        initial = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, seeds[c]) for c in chains]))
+        initial = layout.flatten(StackedModel.seeded(task.model_factory, [seeds[c] for c in chains]))
         state = hmc.init(initial.to(device=torch_device, dtype=dtype), target, settings.initial_step_size, adapt=True)
         iteration, gradient_evaluations, compute_seconds = 0, 0, 0.0
         burnin_accept, kept_accept, kept, traces, leapfrog_counts = [], [], [], [], []

@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from bench.api import (Approximator, BudgetExhausted, Footprint, MeteredData, ParameterLayout,
-                       PredictiveAccumulator, Problem, StackedModel, log_prior, member_seeds, seeded_module)
+                       PredictiveAccumulator, Problem, StackedModel, log_prior, member_seeds)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class BootstrapEnsemble(Approximator):
         resamples = torch.randint(n_train, (members, n_train), generator=generator)  # (K, N_train) row indices
         seeds = member_seeds(generator, members)
         params = {name: tensor.to(problem.device).requires_grad_() for name, tensor in
-                  StackedModel.stack([seeded_module(problem.model_factory, seed) for seed in seeds]).items()}
+                  StackedModel.seeded(problem.model_factory, seeds).items()}
         model, layout = StackedModel(problem.model_factory()), ParameterLayout.of(problem.model_factory())
         optimiser = torch.optim.Adam(list(params.values()), lr=self.config.lr)
         steps = epochs * math.ceil(n_train / batch_size)

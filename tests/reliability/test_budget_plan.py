@@ -14,7 +14,8 @@ from approximators import base as approximators_base
 from approximators.base import settings_bounds
 from bench import verify
 from bench.budget import MAX_BUDGET_EPOCHS, BudgetMeter
-from bench.errors import EXIT_BAD_INPUT, BudgetExhausted, ConfigError
+from bench.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, BudgetExhausted, ConfigError
+from bench.memory import Room
 from bench.runner import metered
 from bench.tasks import get_task
 from tests.reliability.test_error_boundary import assert_one_line
@@ -63,11 +64,11 @@ MULTIPLYING = [  # method, task, setting, what the refusal names, a memory in wh
 @pytest.mark.parametrize("method, task, setting, what, memory", MULTIPLYING)
 def test_settings_that_multiply_what_a_run_holds_are_refused_before_fit(tmp_path, run_cli, monkeypatch, method, task,
                                                                        setting, what, memory):
-    monkeypatch.setattr(approximators_base, "device_memory", lambda device: memory)
+    monkeypatch.setattr(approximators_base, "device_memory", lambda device: Room(memory, "of a small machine"))
     monkeypatch.setattr(METHODS[method], "fit", lambda *_: pytest.fail("fit ran before the plan was checked"))
     code, _, err = run_cli("--method", method, "--budget", "1000000", "--task", task, "--out", tmp_path,
                            "--quiet", "--set", setting)
-    assert_one_line(code, err, EXIT_BAD_INPUT, f"{method}: a budget of 1e+06 epochs", what, "GiB")
+    assert_one_line(code, err, EXIT_ENVIRONMENT, f"{method}: a budget of 1e+06 epochs", what, "GiB of a small machine")
     assert not any(tmp_path.iterdir())
 
 
@@ -77,7 +78,9 @@ def test_the_defaults_plan_to_fit_the_memories_used_above(method, task, setting,
     problem, data = metered(get_task(task), MAX_BUDGET_EPOCHS)
     n_params = sum(p.numel() for p in problem.model_factory().parameters())
     cls = METHODS[method]
-    assert cls(resolve_config(cls, task)).footprint(MAX_BUDGET_EPOCHS, data.n_train).bytes(n_params) < memory
+    footprint = cls(resolve_config(cls, task)).footprint(MAX_BUDGET_EPOCHS, data.n_train)
+    measured = approximators_base.activations_per_row(problem.model_factory, problem.x_test[:8])
+    assert footprint.bytes(n_params, *measured, problem.x_test.shape[0]) < memory
 
 
 def test_an_anchored_ensemble_plans_its_members_together_only_when_vectorised():

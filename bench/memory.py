@@ -1,0 +1,113 @@
+"""How much memory this process may still allocate on the CPU, and whether it ran out: read from Linux (``/proc``,
+the control groups, ``getrlimit``); elsewhere the machine's physical memory, with no other limit known.
+
+Three things bound what a process may allocate: the machine's physical memory, its address-space limit
+(``ulimit -v``, ``RLIMIT_AS``, which counts every mapping, the libraries' too) and its control group's memory limit
+(a container's, a Slurm job's). The memory plan (:func:`approximators.base.check_footprint`) compares a run's
+needs with the least of what each leaves.
+
+This module imports neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+NO_LIMIT = 2**62
+"""A control group's limit at or above this is no limit (cgroup v1 writes 2^63 - 4096 for "none")."""
+
+EXHAUSTED_MARGIN = 256 * 2**20
+"""How close to its address-space limit a process's peak must have come for a failure that names no memory to be
+taken as memory exhausted: an allocation refused by the limit is then a small one, which C code (Python's own,
+PyTorch's) may report as anything, ``SystemError: error return without exception set`` among them."""
+
+
+@dataclass(frozen=True)
+class Room:
+    """``bytes`` a process may still allocate, and ``what`` bounds it, as a line says it after "the N GiB"."""
+
+    bytes: int
+    what: str
+
+
+def physical() -> int:
+    """Bytes of physical memory of the machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _status_kib(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmSize``, ``VmPeak``) in bytes, None where there is none."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    return None
+
+
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (``ulimit -v``), None when it has none."""
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _read_number(path: str) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        with open(path) as file:
+            text = file.read().strip()
+        return None if text == "max" else int(text)
+    return None
+
+
+def _cgroup_folders() -> list[str]:
+    """The folders where this process's control group's memory files may be (v2, then v1; the group's own path
+    under the mount, and the mount itself, which is the group's inside a container)."""
+    folders = []
+    with contextlib.suppress(OSError):
+        with open("/proc/self/cgroup") as groups:
+            for line in groups:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    folders.append("/sys/fs/cgroup" + path.rstrip("/"))
+                elif "memory" in controllers.split(","):
+                    folders.append("/sys/fs/cgroup/memory" + path.rstrip("/"))
+    return folders + ["/sys/fs/cgroup", "/sys/fs/cgroup/memory"]
+
+
+def cgroup_room() -> int | None:
+    """What this process's control group's memory limit leaves (limit less usage), None when it has no limit."""
+    rooms = []
+    for folder in _cgroup_folders():
+        for limit_file, usage_file in (("memory.max", "memory.current"),
+                                       ("memory.limit_in_bytes", "memory.usage_in_bytes")):
+            limit, usage = _read_number(f"{folder}/{limit_file}"), _read_number(f"{folder}/{usage_file}")
+            if limit is not None and limit < NO_LIMIT and usage is not None:
+                rooms.append(max(limit - usage, 0))
+    return min(rooms) if rooms else None
+
+
+def room() -> Room:
+    """What this process may still allocate on the CPU: the least of the machine's physical memory, what its
+    address-space limit leaves (limit less the address space it maps now) and what its control group's limit
+    leaves."""
+    rooms = [Room(physical(), "of the machine's physical memory")]
+    limit, mapped = address_space_limit(), _status_kib("VmSize")
+    if limit is not None and mapped is not None:
+        rooms.append(Room(max(limit - mapped, 0), f"that this process's address-space limit (ulimit -v, "
+                                                  f"{limit / 2**30:,.1f} GiB) leaves"))
+    left = cgroup_room()
+    if left is not None:
+        rooms.append(Room(left, "that its control group's memory limit (a container's or a job's) leaves"))
+    return min(rooms, key=lambda r: r.bytes)
+
+
+def address_space_exhausted() -> bool:
+    """Whether this process's address space came within :data:`EXHAUSTED_MARGIN` of its limit at its peak."""
+    limit, peak = address_space_limit(), _status_kib("VmPeak")
+    return limit is not None and peak is not None and peak >= limit - EXHAUSTED_MARGIN
