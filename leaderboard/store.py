@@ -15,8 +15,9 @@ schema is read as it is), with a short busy timeout. In write-ahead-log mode a r
 writers at all; a rollback-journal database (one copied from elsewhere) held under ``BEGIN EXCLUSIVE`` for
 longer than the timeout ends in :class:`DatabaseLocked`. A write-ahead-log database in a folder the reader
 cannot write (read-only media) whose -shm index is absent and cannot be created is being written by nobody (a
-writer needs that index), so it is read as ``immutable``: no lock, no -wal, -shm or -journal file created.
-If a non-empty -wal lies beside it there, its changes cannot be read that way, and the reader refuses.
+writer needs that index), so it is read as ``immutable``: no lock, no -wal, -shm or -journal file created; so is a
+file that nobody can write (``chattr +i``, a file system mounted read-only). If a non-empty -wal lies beside it
+there, its changes cannot be read that way, and the reader refuses.
 
 A run's identity is its key (:attr:`RunRow.key`: task, task version, method, budget, seed, reference, config hash).
 Its ``label``, a human name for the configuration, is not part of it: two runs that differ only in their label are
@@ -474,6 +475,10 @@ def _open_for_reading(path: Path) -> sqlite3.Connection:
         _version_if_ours(path)  # another program's file is refused before a read could create its -shm index
     uri = path.absolute().as_uri() + "?mode=ro"
     try:
+        if unwritable_by_anyone(path):  # nobody can be writing it: read without a lock or an index file
+            _refuse_unread_log(path, "an immutable database or one on read-only media")
+            db, version = _connect_for_reading(uri + "&immutable=1")
+            return _checked_version(path, db, version)
         try:
             db, version = _connect_for_reading(uri)
         except sqlite3.OperationalError as error:
@@ -481,19 +486,51 @@ def _open_for_reading(path: Path) -> sqlite3.Connection:
             # nobody can be writing it either, so it is read as immutable (no lock, no file created).
             if folder_writable or not _cannot_open(error):
                 raise
-            log = path.with_name(path.name + "-wal")
-            if log.exists() and log.stat().st_size > 0:
-                raise StoreError(f"cannot read leaderboard database {path}: its write-ahead log {log} holds changes "
-                                 "that cannot be read in a folder this user cannot write; copy the database and its "
-                                 "-wal file to a writable folder and choose the copy with --db") from None
+            _refuse_unread_log(path, "a folder this user cannot write")
             db, version = _connect_for_reading(uri + "&immutable=1")
     except sqlite3.DatabaseError as error:
         raise _read_failure(path, error, READ_BUSY_TIMEOUT_SECONDS) from None
+    return _checked_version(path, db, version)
+
+
+def _refuse_unread_log(path: Path, where: str) -> None:
+    """Refuses to read ``path`` as immutable when a non-empty write-ahead log beside it holds changes that such a
+    read would miss."""
+    log = path.with_name(path.name + "-wal")
+    if log.exists() and log.stat().st_size > 0:
+        raise StoreError(f"cannot read leaderboard database {path}: its write-ahead log {log} holds changes that "
+                         f"cannot be read in {where}; copy the database and its -wal file to a writable folder and "
+                         "choose the copy with --db")
+
+
+def _checked_version(path: Path, db: sqlite3.Connection, version: int) -> sqlite3.Connection:
     if version > SCHEMA_VERSION:
         db.close()
         raise StoreError(f"{path} has schema version {version}, newer than this release's {SCHEMA_VERSION}; "
                          "upgrade bdl-bench to read it")
     return db
+
+
+FS_IOC_GETFLAGS = 0x80086601
+"""Linux's ioctl that reads a file's attributes (``lsattr``), and the attribute ``chattr +i`` sets."""
+FS_IMMUTABLE_FL = 0x10
+
+
+def unwritable_by_anyone(path: Path) -> bool:
+    """Whether no process can write the file at ``path``: it is immutable (``chattr +i``, which binds root too) or
+    on a file system mounted read-only. False where neither can be told (not Linux)."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return True
+        import array
+        import fcntl
+
+        flags = array.array("l", [0])
+        with open(path, "rb") as file:
+            fcntl.ioctl(file.fileno(), FS_IOC_GETFLAGS, flags, True)
+        return bool(flags[0] & FS_IMMUTABLE_FL)
+    except (OSError, ImportError, AttributeError):  # no such ioctl on this file system or platform
+        return False
 
 
 def _connect_for_reading(uri: str) -> tuple[sqlite3.Connection, int]:

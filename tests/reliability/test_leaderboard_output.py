@@ -462,6 +462,33 @@ def test_writing_a_read_only_database_file_is_the_machine_refusing_and_creates_n
     assert during == before
 
 
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_reading_a_database_file_nobody_can_write_creates_nothing_beside_it(tmp_path, run_cli, journal):
+    """Issue 49, kind 10: reading an immutable database in a writable folder left -wal and -shm files beside it."""
+    db = make_board(tmp_path / "board.sqlite", journal=journal)
+    before = snapshot(db)
+    with read_only(db):
+        code, out, err = run_cli("leaderboard", "--db", db, "--format", "csv")
+        during = snapshot(db)
+    assert code == 0 and "'=1+1" in out, err
+    assert during == before, "a read changed the file or created one next to it"
+
+
+def test_a_file_nobody_can_write_with_changes_in_its_log_is_refused_not_read_without_them(tmp_path, run_cli,
+                                                                                       monkeypatch):
+    """Read as immutable, the database would silently lack what its -wal holds."""
+    db = make_board(tmp_path / "board.sqlite")
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("UPDATE runs SET notes = 'in the log only'")
+    monkeypatch.setattr(store, "unwritable_by_anyone", lambda path: True)
+    try:
+        code, _, err = run_cli("leaderboard", "--db", db)
+    finally:
+        writer.close()
+    assert_one_line(code, err, EXIT_BAD_INPUT, str(db), "-wal", "an immutable database")
+
+
 def test_a_database_that_turns_read_only_while_open_is_the_machine_refusing():
     from bench.errors import describe_failure
 
