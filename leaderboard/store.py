@@ -214,7 +214,11 @@ class Store:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._migrate()
         except sqlite3.DatabaseError as error:
+            if _is_busy(error):  # the machine's refusal (exit 3), in every command alike
+                raise DatabaseLocked(self.path, BUSY_TIMEOUT_SECONDS) from None
             raise StoreError(f"cannot open leaderboard database {self.path}: {error}") from None
+        except DatabaseLocked:
+            raise
         except OSError as error:
             raise StoreError(f"cannot create leaderboard database {self.path}: {error.strerror or error}") from None
 
@@ -231,7 +235,12 @@ class Store:
     def _write(self) -> Iterator[sqlite3.Connection]:
         if self.read_only:
             raise StoreError(f"{self.path} was opened for reading; open it without read_only to write")
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if _is_busy(error):  # another writer held the lock for longer than the wait
+                raise DatabaseLocked(self.path, BUSY_TIMEOUT_SECONDS) from None
+            raise
         try:
             yield self._db
         except BaseException:

@@ -379,6 +379,25 @@ def test_a_writer_holding_the_lock_does_not_make_a_reader_wait(tmp_path, run_cli
                         f"(waited {store.READ_BUSY_TIMEOUT_SECONDS:g} s)")
 
 
+@pytest.mark.parametrize("journal, lock", [("wal", "IMMEDIATE"), ("delete", "IMMEDIATE"), ("delete", "EXCLUSIVE")])
+def test_a_writer_locked_out_past_the_wait_is_the_machine_refusing_as_a_reader_is(tmp_path, run_cli, monkeypatch,
+                                                                                   journal, lock):
+    """Issue 49, kind 10: a database locked past the wait was exit 3 for `leaderboard` and exit 2 ("cannot open
+    leaderboard database") for `submit`, depending on where the lock was met (opening, migrating, inserting)."""
+    db = make_board(tmp_path / "board.sqlite", journal=journal)
+    run = write_run(tmp_path / "runs", "digits", method="new")
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_SECONDS", 0.2)
+    holder = sqlite3.connect(db, isolation_level=None, timeout=0)
+    try:
+        holder.execute(f"BEGIN {lock}")
+        holder.execute("UPDATE runs SET notes = 'being written'")
+        code, _, err = run_cli("submit", run, "--db", db, "--name", "alice")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert_one_line(code, err, EXIT_ENVIRONMENT, str(db), "locked by another process", "run again", "(waited 0.2 s)")
+
+
 @pytest.mark.parametrize("journal", ["delete", "wal"])
 def test_reading_changes_nothing_in_the_database(tmp_path, run_cli, journal):
     db = make_board(tmp_path / "board.sqlite", journal=journal)
