@@ -99,8 +99,9 @@ class Theirs:
     def _build(self, task, dtype: str, chains: int, steps: int, eps: float, iterations: int) -> None:
         jdtype = jnp.float64 if dtype == "float64" else jnp.float32
         log_posterior, layout = jax_log_posterior(task, jdtype)
-        kernel = HMC(potential_fn=lambda t: -log_posterior(t),
-                     step_size=eps, num_steps=steps, adapt_step_size=False, adapt_mass_matrix=False)
+        # trajectory_length=None: NumPyro's default (2 pi) would otherwise set the step to 2 pi / num_steps, not eps.
+        kernel = HMC(potential_fn=lambda t: -log_posterior(t), step_size=eps, num_steps=steps, trajectory_length=None,
+                     adapt_step_size=False, adapt_mass_matrix=False)
         init = layout.flatten(StackedModel.stack([seeded_module(task.model_factory, s) for s in range(chains)]))
         states = [kernel.init(jax.random.PRNGKey(c), 0, jnp.asarray(init[c].numpy(), jdtype), (), {})
                   for c in range(chains)]
