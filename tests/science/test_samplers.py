@@ -55,6 +55,67 @@ def test_sgld_samples_the_stationary_law_of_its_own_recursion(linear, kept, mome
     assert float(top @ torch.cov(draws.T) @ top) > 1.2 * float(top @ linear.covariance @ top)
 
 
+@pytest.fixture
+def minibatches(monkeypatch):
+    """The rows ``(K, B)`` of every minibatch a run reads through its meter, in order."""
+    from bench.budget import MeteredData
+
+    read = []
+    batch = MeteredData.batch
+
+    def recording(self, indices, passes=1):
+        read.append(indices.clone())
+        return batch(self, indices, passes)
+
+    monkeypatch.setattr(MeteredData, "batch", recording)
+    return read
+
+
+def minibatch_terms(linear, rows: torch.Tensor):
+    """For each member's minibatch ``rows`` ``(K, B)``: the Hessian ``(K, D, D)`` and the linear term ``(K, D)`` of
+    the minibatch estimate of the negative log posterior's gradient, N grad(mean minibatch NLL) + theta / v =
+    H_B theta - g_B, with H_B = (N / B) Phi_B^T Phi_B / s^2 + I / v and g_B = (N / B) Phi_B^T y_B / s^2."""
+    phi, y = linear.phi[rows], linear.y[rows]  # (K, B, D), (K, B)
+    scale = linear.n / rows.shape[1] / linear.noise**2
+    eye = torch.eye(phi.shape[-1], dtype=torch.float64)
+    return scale * phi.transpose(1, 2) @ phi + eye / linear.prior_variance, scale * (phi * y[..., None]).sum(1)
+
+
+def whitened(draws: torch.Tensor, means: torch.Tensor, covariances: torch.Tensor) -> torch.Tensor:
+    """Each draw ``(K, D)`` of its own N(mean_k, C_k) as a draw of N(0, I): L_k^-1 (theta_k - mean_k), C_k = L_k L_k^T."""
+    return torch.linalg.solve_triangular(torch.linalg.cholesky(covariances), (draws - means)[..., None],
+                                         upper=False)[..., 0]
+
+
+def test_minibatch_sgld_samples_the_exact_law_of_its_recursion_given_its_minibatches(linear, kept, minibatches,
+                                                                                     engine_iterates, moments_z):
+    """Issue 48: every exact test ran at batch size N, where an error in the N / B scaling of the minibatch gradient
+    or in the noise cannot show. At batch 8 of 64 rows, given the rows each chain read, SGLD is still a linear
+    Gaussian recursion, theta <- (I - (eps / 2) H_B) theta + (eps / 2) g_B + sqrt(eps) z, so each chain's last state
+    has an exact N(m_k, C_k) computed from its own minibatches and start. Whitened by its own law, the 4096 chains'
+    states are draws of N(0, I): their mean and second moment within 4.5 standard errors."""
+    from approximators.updates import float32_step
+
+    values, _ = torch.linalg.eigh(linear.precision)
+    eps, chains, batch = 0.5 / float(values.max()), 4096, 8
+    starts = engine_iterates(lambda state: None)
+    fit(linear.task, "sgld", budget=chains * 40, settings={"chains": chains, "batch_size": batch,
+                                                           "schedule": "constant", "lr": eps * linear.n / 2,
+                                                           "burn_in": 0.9})
+    assert len(minibatches) == 40 * linear.n // batch
+    mean = starts[0].start.double()  # (K, D): the engine's flat layout, weights then bias, as Phi's columns
+    covariance = torch.zeros(chains, 4, 4, dtype=torch.float64)
+    drift, noise = float32_step(0.5 * eps * linear.n) / linear.n, eps  # the rule's own coefficients
+    for rows in minibatches:
+        hessian, linear_term = minibatch_terms(linear, rows)
+        step = torch.eye(4, dtype=torch.float64) - drift * hessian
+        mean = (step @ mean[..., None])[..., 0] + drift * linear_term
+        covariance = step @ covariance @ step.transpose(1, 2) + noise * torch.eye(4, dtype=torch.float64)
+    z = whitened(kept[-1], mean, covariance)
+    z_mean, z_covariance = moments_z(z, torch.zeros(4, dtype=torch.float64), torch.eye(4, dtype=torch.float64))
+    assert z_mean.abs().max() < 4.5 and z_covariance.abs().max() < 4.5, (z_mean, z_covariance)
+
+
 def sghmc_law(precision: torch.Tensor, rates: list[float], noisy: list[bool], friction: float, form: str):
     """The exact law of the cyclical sampler's recursion over x = theta - mu (and SGHMC's velocity v), started at
     (x_0, 0): per step, the transition ``(2D, 2D)`` from the start, and the covariance the noise has added,
@@ -103,6 +164,58 @@ def test_csgmcmc_samples_the_exact_law_of_its_own_recursion(linear, kept, engine
         expected = linear.mean + (start @ transition.T)[:, :4]
         z_mean, z_covariance = moments_z(draws - expected, torch.zeros(4, dtype=torch.float64), noise[:4, :4])
         assert z_mean.abs().max() < 4.5 and z_covariance.abs().max() < 4.5, (step, z_mean, z_covariance)
+
+
+@pytest.mark.parametrize("form", ["sghmc", "sgld"])
+def test_minibatch_csgmcmc_samples_the_exact_law_of_its_recursion_given_its_minibatches(
+        linear, kept, minibatches, engine_iterates, moments_z, form):
+    """Issue 48: the test above at batch 8 of 64 rows (eight steps an epoch, the same 50-epoch cycle), where an error
+    in the minibatch gradient's N / B scaling or in the noise would show. Given the rows each chain read, the state
+    (theta, v) is a linear Gaussian recursion with the minibatch Hessian H_B and linear term g_B, on the rule's own
+    step sizes and noise flags:
+
+        sghmc:  v <- (1 - a) v - eta (H_B theta - g_B) + sqrt(2 a eta) z,   theta <- theta + v
+        sgld:   theta <- theta - (eps / 2) (H_B theta - g_B) + sqrt(eps) z
+
+    Each chain's three samples, whitened by their own exact law, are draws of N(0, I) (4.5 standard errors)."""
+    from approximators.updates import float32_step
+
+    chains, batch = 1024, 8
+    runs = engine_iterates(lambda state: None)
+    fitted = fit(linear.task, "csgmcmc", budget=chains * 50, settings={"chains": chains, "batch_size": batch,
+                                                                       "form": form})
+    assert fitted.report["cycles"] == 1 and fitted.report["epochs_per_cycle"] == 50
+    rule, steps_per_epoch = runs[0].rule, linear.n // batch
+    assert len(minibatches) == 50 * steps_per_epoch
+    eye = torch.eye(4, dtype=torch.float64)
+    mean = torch.cat([runs[0].start.double(), torch.zeros(chains, 4, dtype=torch.float64)], 1)  # (theta, v)
+    covariance = torch.zeros(chains, 8, 8, dtype=torch.float64)
+    laws = {}
+    for step, rows in enumerate(minibatches):
+        hessian, linear_term = minibatch_terms(linear, rows)
+        if form == "sghmc":
+            eta, keep = rule.schedule[step], 1 - rule.alpha
+            drift = float32_step(eta * linear.n) / linear.n
+            top = torch.cat([eye - drift * hessian, keep * eye.expand(chains, 4, 4)], 2)
+            bottom = torch.cat([-drift * hessian, keep * eye.expand(chains, 4, 4)], 2)
+            shift = torch.cat([drift * linear_term, drift * linear_term], 1)
+            added = 2 * rule.alpha * eta * torch.ones(2, 2, dtype=torch.float64).kron(eye)
+        else:
+            eps = rule.schedule[step]
+            drift = float32_step(0.5 * eps * linear.n) / linear.n
+            top = torch.cat([eye - drift * hessian, 0 * eye.expand(chains, 4, 4)], 2)
+            bottom = torch.zeros(chains, 4, 8, dtype=torch.float64)
+            shift = torch.cat([drift * linear_term, torch.zeros(chains, 4, dtype=torch.float64)], 1)
+            added = torch.block_diag(eps * eye, 0 * eye)
+        transition = torch.cat([top, bottom], 1)
+        mean = (transition @ mean[..., None])[..., 0] + shift
+        covariance = transition @ covariance @ transition.transpose(1, 2) + (added if rule.noisy[step] else 0)
+        if (step + 1) % steps_per_epoch == 0:
+            laws[(step + 1) // steps_per_epoch - 1] = (mean[:, :4].clone(), covariance[:, :4, :4].clone())
+    for draws, epoch in zip(kept, (47, 48, 49)):
+        z = whitened(draws, *laws[epoch])
+        z_mean, z_covariance = moments_z(z, torch.zeros(4, dtype=torch.float64), eye)
+        assert z_mean.abs().max() < 4.5 and z_covariance.abs().max() < 4.5, (epoch, z_mean, z_covariance)
 
 
 def test_budgeted_hmc_samples_the_closed_form_posterior(linear, problem, monkeypatch):
