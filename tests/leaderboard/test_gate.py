@@ -6,6 +6,7 @@ reason (a changed per-task default in both modes, a meter that charges half of e
 budget check alone, a change too small for the statistics in exact mode).
 """
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -119,6 +120,77 @@ def test_standard_error_is_of_the_difference_of_means_with_floors():
     assert gate._standard_error(stats, 0.04, 10, 2) == pytest.approx((pooled * (1 / 10 + 1 / 2)) ** 0.5)
     # one seed now has no spread of its own: the baseline's alone, over 1/10 + 1
     assert gate._standard_error(stats, None, 10, 1) == pytest.approx((0.03**2 * (1 / 10 + 1)) ** 0.5)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> dict:
+    return gate.environment()
+
+
+def _comparison(baseline_values: dict[str, list[float]], now_values: dict[str, list[float]], floor: float = 1e-12):
+    """A baseline and a measurement of method "m" on task "t" as :func:`gate.compare` takes them, one fidelity metric
+    ``w1`` per block (``{block: per-seed values}``), the baseline's statistics as ``check --update`` writes them."""
+    import numpy as np
+
+    n_baseline, n_now = len(next(iter(baseline_values.values()))), len(next(iter(now_values.values())))
+    results = {block: {"w1": {"values": values, "mean": float(np.mean(values)),
+                              "std": float(np.std(values, ddof=gate.STD_DDOF)), "floor": floor}}
+               for block, values in baseline_values.items()}
+    baseline = {"configuration": {"seeds": list(range(n_baseline))}, "environment": _environment(),
+                "runs": {"m": {"t": {name: [1.0] * n_baseline for name in gate.BUDGET_FIELDS}}},
+                "results": {"m": {"t": results}}}
+    measured = {"m": {"t": [{**{name: 1.0 for name in gate.BUDGET_FIELDS},
+                             "metrics": {block: {"w1": values[seed]} for block, values in now_values.items()}}
+                            for seed in range(n_now)]}}
+    return baseline, measured
+
+
+@pytest.mark.parametrize("n_baseline, n_now", [(10, 10), (10, 2), (5, 3), (10, 1)])
+def test_compare_uses_the_pooled_standard_error_and_the_bonferroni_t_bound_of_its_seeds(n_baseline, n_now):
+    """Issue 48: the formulas were tested alone, not as `compare` calls them, so a standard error computed as if
+    every baseline seed had been rerun, or a tolerance with the wrong degrees of freedom, passed. Here, against a
+    hand computation for baselines and reruns of different sizes: SE = s_p sqrt(1 / n_b + 1 / n_m) with
+    s_p^2 = ((n_b - 1) s_b^2 + (n_m - 1) s_m^2) / (n_b + n_m - 2), and the tolerance t^-1(1 - alpha / (2 m)) with
+    n_b + n_m - 2 degrees of freedom over the m = 3 metrics compared."""
+    import numpy as np
+    import scipy.stats
+
+    rng = np.random.default_rng(n_baseline * 10 + n_now)
+    blocks = ["all", "block-a", "block-b"]
+    baseline_values = {block: list(rng.normal(0.3, 0.02, n_baseline)) for block in blocks}
+    now_values = {block: list(rng.normal(0.3, 0.05, n_now)) for block in blocks}
+    report = gate.compare(*_comparison(baseline_values, now_values), statistical=True)
+    degrees = n_baseline + n_now - 2
+    assert report.tolerance == pytest.approx(scipy.stats.t.ppf(1 - gate.FAMILY_FALSE_ALARM / (2 * 3), degrees),
+                                             rel=1e-12)
+    assert [finding.block for finding in report.findings] == blocks
+    for finding in report.findings:
+        base, now = np.array(baseline_values[finding.block]), np.array(now_values[finding.block])
+        now_variance = now.var(ddof=1) if n_now > 1 else 0.0
+        pooled = ((n_baseline - 1) * base.var(ddof=1) + (n_now - 1) * now_variance) / degrees
+        assert finding.standard_error == pytest.approx(np.sqrt(pooled * (1 / n_baseline + 1 / n_now)), rel=1e-12)
+        assert finding.observed_mean == pytest.approx(now.mean(), rel=1e-12)
+
+
+def test_the_documented_false_alarm_rate_holds_in_simulation():
+    """The statistical mode's promise (docs/leaderboard.md): an unchanged method, its seeds now and the baseline's
+    drawn from one normal distribution, fails with probability at most FAMILY_FALSE_ALARM (Bonferroni over the m
+    metrics). With m = 10 independent fidelity metrics (two-sided), 10 baseline seeds and CI's 2 now, the exact
+    rate is 1 - (1 - alpha / m)^m = 0.00996; 2000 simulated checks must alarm that often within 4.5 binomial
+    standard errors (20 +- 20). A standard error computed as if all 10 seeds had been rerun alarms in about a tenth
+    of them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    m, trials = 10, 2000
+    alarms = 0
+    for _ in range(trials):
+        baseline_values = {f"block-{b}": list(rng.normal(0.3, 0.02, 10)) for b in range(m)}
+        now_values = {f"block-{b}": list(rng.normal(0.3, 0.02, 2)) for b in range(m)}
+        alarms += not gate.compare(*_comparison(baseline_values, now_values), statistical=True).passed
+    rate = 1 - (1 - gate.FAMILY_FALSE_ALARM / m) ** m
+    spread = 4.5 * np.sqrt(trials * rate * (1 - rate))
+    assert abs(alarms - trials * rate) < spread, (alarms, trials * rate)
 
 
 def test_missing_method_task_or_baseline_and_bad_options_are_clear_errors(tmp_path, run_cli):
