@@ -123,6 +123,20 @@ def test_an_edited_record_claiming_a_huge_budget_is_refused_before_verify_trains
     assert not (tmp_path / "db.sqlite").exists()
 
 
+def test_verify_plans_every_folder_it_re_executes(tmp_path, run_cli, monkeypatch):
+    """Issue 48: planning was tested on one folder. Two records claiming 60,000 epochs each are 120,000 in all,
+    beyond the bound, though each alone is within it."""
+    assert run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--seed", "0", "1", "--out", tmp_path,
+                   "--quiet")[0] == 0
+    for record in tmp_path.rglob("result.json"):
+        result = json.loads(record.read_text())
+        result["budget"] = 60000.0
+        record.write_text(json.dumps(result))
+    monkeypatch.setattr(verify, "metered", lambda *_args, **_kwargs: pytest.fail("verify started training"))
+    code, _, err = run_cli("verify", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "verifying 2 run(s) would train 120,000 epochs in all")
+
+
 def test_a_baseline_claiming_a_huge_budget_is_refused_before_check_trains(tmp_path, run_cli):
     baseline = json.loads((Path(__file__).parents[2] / "benchmarks" / "baseline.json").read_text())
     baseline["configuration"]["budgets"]["de"] = 1e6

@@ -158,6 +158,28 @@ def test_an_update_beyond_max_epochs_is_refused_before_anything_is_measured(tmp_
     assert not (tmp_path / "new.json").exists()
 
 
+def test_an_update_plans_every_task_it_measures(tmp_path, run_cli, nothing_trains):
+    """Issue 48: every planning test used one task, so a plan that forgot the number of tasks passed. 30,000 seeds
+    at 2 epochs are 60,000 epochs on one task, within the bound; on two tasks, 120,000, beyond it."""
+    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method", "sgd", "--task",
+                           "toy-gap", "diabetes-gap", "--budget", "2", "--seeds", "30000")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "would train 120,000 epochs in all, more than --max-epochs 100,000")
+
+
+def test_a_check_plans_every_method_and_task_it_reruns(tmp_path, run_cli, nothing_trains):
+    """A check reruns budget x seeds for each method on each of its tasks: budgets of 3,000 (sgd) and 2,001 (de)
+    epochs over 10 seeds on two tasks are 100,020 epochs, beyond the bound; a plan that forgot the tasks (50,010)
+    or a method (60,000 or 40,020) would let it train."""
+    edited = json.loads((Path(__file__).parents[2] / "benchmarks" / "baseline.json").read_text())
+    assert len(edited["configuration"]["seeds"]) == 10
+    edited["configuration"]["budgets"].update({"sgd": 3000.0, "de": 2001.0})
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(edited))
+    code, _, err = run_cli("check", "--baseline", path, "--method", "sgd", "de", "--task", "toy-gap", "diabetes-gap",
+                           "--statistical")
+    assert_one_line(code, err, EXIT_BAD_INPUT, "would train 100,020 epochs in all, more than --max-epochs 100,000")
+
+
 def test_an_update_within_max_epochs_measures(tmp_path, run_cli, monkeypatch):
     """--max-epochs raises the bound for --update as for a check: the same update is then measured."""
     measured = []
