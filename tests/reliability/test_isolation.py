@@ -133,6 +133,21 @@ def test_a_run_that_ends_its_process_is_the_method_s_failure(tmp_path, site):
     assert not list((tmp_path / "runs").rglob(records.RESULT))
 
 
+def test_an_installed_method_runs_in_a_process_of_its_own_too(tmp_path, site):
+    """Issue 48: isolation was tested for the `module:Class` form only. A method an installed package registers
+    under its name (an entry point of `bdl_bench.methods`, found through the distribution's metadata on the path)
+    that ends its process is the method's failure in one line too, not the command ending with exit 0 and no word."""
+    info = site / "uncatchable_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: uncatchable-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[bdl_bench.methods]\nexits-hard = uncatchable:ExitsHard\n")
+    code, _, err = _command("--method", "exits-hard", "--budget", "2", "--task", "toy-gap", "--out", tmp_path / "runs",
+                            "--quiet")
+    assert_one_line(code, err, EXIT_METHOD)
+    assert _failed(err, "exits-hard", "fit", "ended with exit code 0"), err
+    assert not list((tmp_path / "runs").rglob(records.RESULT))
+
+
 def test_a_module_that_ends_its_process_at_import_is_the_method_s_failure(tmp_path, site):
     """Case 5: a plugin module calling os._exit(0) as it is imported is loaded in a process of its own first."""
     code, _, err = _command("--method", "exits_hard_at_import:Anything", "--budget", "2", "--task", "toy-gap",
