@@ -46,6 +46,39 @@ def test_every_setting_of_every_method_is_charged_for_the_rows_it_computes_on(me
     assert not dishonest, dishonest
 
 
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_the_grid_moves_every_setting_to_a_value_it_accepts_and_every_flag_to_its_other_state(method):
+    """Issue 48: the grid was checked for the settings it names, never for their values, so a grid that set a flag
+    to its default (``compiled``, ``vectorise``, ``cyclic``) or a number to itself would probe nothing new. Each
+    entry's value differs from the task's default, a flag takes its other state, a choice every other choice, and
+    a number lies within the setting's interval."""
+    import typing
+
+    from approximators import resolve_config
+    from approximators.base import settings_bounds, settings_choices
+
+    cls = METHODS[method]
+    config = resolve_config(cls, "toy-gap")
+    hints, bounds, choices = typing.get_type_hints(cls.Config), settings_bounds(cls.Config), settings_choices(cls.Config)
+    moved: dict[str, set[str]] = {}
+    for overrides in setting_grid(method, "toy-gap"):
+        # A companion takes whatever the setting that needs it needs there, its default included.
+        companions = {companion for name in overrides for companion in COMPANIONS.get((method, name), {})}
+        for name, value in overrides.items():
+            if name not in companions:
+                moved.setdefault(name, set()).add(value)
+    for field in dataclasses.fields(config):
+        default, kind, values = getattr(config, field.name), hints[field.name], moved[field.name]
+        if kind is bool:
+            assert values == {str(not default).lower()}, (field.name, values)
+        elif field.name in choices:
+            assert values == {str(c) for c in choices[field.name]} - {str(default)}, (field.name, values)
+        else:
+            assert str(default) not in values, (field.name, default, values)
+        if field.name in bounds:
+            assert all(kind(v) in bounds[field.name] for v in values), (field.name, values, bounds[field.name])
+
+
 @pytest.mark.parametrize("task, rows", PROBE_TASKS)
 def test_the_grid_names_only_dropout_sites_the_network_calls_as_modules(task, rows):
     """The CNN-LSTM's recurrent cell holds a linear layer whose weights it uses functionally: as a dropout site it is
