@@ -26,9 +26,10 @@ from bench.arguments import OneLineParser
 from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_TERMINATED, describe_failure
 
 
-def parser(script: str, description: str) -> OneLineParser:
-    """The parser of the script at path ``script`` (its ``__file__``), named as one types it in its one-line errors."""
-    return OneLineParser(prog=f"python benchmarks/{Path(script).name}", description=description)
+def parser(script: str, description: str, **options) -> OneLineParser:
+    """The parser of the script at path ``script`` (its ``__file__``), named as one types it in its one-line errors;
+    ``options``: more of ``argparse.ArgumentParser``'s (``formatter_class``, ``epilog``)."""
+    return OneLineParser(prog=f"python benchmarks/{Path(script).name}", description=description, **options)
 
 
 def run(main: Callable[[], int | None]) -> NoReturn:
