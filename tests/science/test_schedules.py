@@ -144,6 +144,28 @@ def test_vogn_trains_whole_epochs_after_its_initialisation_minibatch_drawing_wei
     assert rule.taus == pytest.approx([tau + (1 - tau) * t / ramp for t in range(ramp)] + [1.0] * (steps - ramp))
 
 
+@pytest.mark.parametrize("method, budget", [("sgd", 7), ("de", 15), ("mc-dropout", 7)])
+def test_plain_training_s_cosine_schedule_runs_from_lr_to_min_lr_over_exactly_the_steps_it_takes(spy, method, budget):
+    """Issue 48: plain training's cosine schedule could end one epoch late unnoticed (a schedule over E + 1 epochs
+    ends short of min_lr). Each run's rates are torch's CosineAnnealingLR from lr towards min_lr with T_max the
+    steps the run takes, one rate per step taken: the first is lr, the last T_max - 1 steps along."""
+    config = resolve_config(METHODS[method], "toy-gap")
+    fit("toy-gap", method, budget)
+    per_epoch = math.ceil(N_TRAIN / config.batch_size)
+    (rule,) = spy.rules
+    steps = budget // getattr(config, "members", 1) * per_epoch  # de's members train together, sharing the steps
+    assert spy.steps == steps and len(rule.schedule) == steps
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimiser = torch.optim.SGD([parameter], lr=config.lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=steps, eta_min=config.min_lr)
+    expected = []
+    for _ in range(steps):
+        expected.append(optimiser.param_groups[0]["lr"])
+        optimiser.step()
+        scheduler.step()
+    assert list(rule.schedule) == expected
+
+
 def test_mfvi_switches_from_map_to_vi_after_a_tenth_of_the_budget(spy):
     """round(map_fraction B) epochs of MAP (Adam), then the rest of floor(B) of VI, which starts at the MAP
     phase's last weights with sigma = init_std."""
