@@ -87,14 +87,21 @@ def whitened(draws: torch.Tensor, means: torch.Tensor, covariances: torch.Tensor
                                          upper=False)[..., 0]
 
 
-def test_minibatch_sgld_samples_the_exact_law_of_its_recursion_given_its_minibatches(linear, kept, minibatches,
-                                                                                     engine_iterates, moments_z):
+@pytest.mark.parametrize("prior_variance", [None, 0.002], ids=["weak-prior", "strong-prior"])
+def test_minibatch_sgld_samples_the_exact_law_of_its_recursion_given_its_minibatches(linear, problem, kept, minibatches,
+                                                                                     engine_iterates, moments_z,
+                                                                                     prior_variance):
     """Issue 48: every exact test ran at batch size N, where an error in the N / B scaling of the minibatch gradient
     or in the noise cannot show. At batch 8 of 64 rows, given the rows each chain read, SGLD is still a linear
     Gaussian recursion, theta <- (I - (eps / 2) H_B) theta + (eps / 2) g_B + sqrt(eps) z, so each chain's last state
     has an exact N(m_k, C_k) computed from its own minibatches and start. Whitened by its own law, the 4096 chains'
-    states are draws of N(0, I): their mean and second moment within 4.5 standard errors."""
+    states are draws of N(0, I): their mean and second moment within 4.5 standard errors. With the strong prior
+    (precision 500, about twice the 64 rows'), a prior variance taken for a standard deviation shows too: under the
+    weak one (precision 2) it would not."""
     from approximators.updates import float32_step
+
+    if prior_variance is not None:
+        linear = problem("linear-gaussian-strong", linear.n, linear.noise, prior_variance)
 
     values, _ = torch.linalg.eigh(linear.precision)
     eps, chains, batch = 0.5 / float(values.max()), 4096, 8
