@@ -19,11 +19,13 @@ MAP_TRAINING = {"batch_size": 64, "lr": 0.05, "min_lr": 1e-4}
 standard deviation in 300 epochs (anchored members on every row: ``validation_fraction`` 0, no early stopping)."""
 
 
+@pytest.mark.parametrize("batch_size", [64, 16], ids=["full-batch", "minibatch"])
 @pytest.mark.parametrize("structure", ["last-layer-full", "last-layer-kron", "diagonal"])
-def test_laplace_is_the_gaussian_its_structure_states(linear, structure):
+def test_laplace_is_the_gaussian_its_structure_states(linear, structure, batch_size):
     """The full and Kronecker last layers (one output: the Kronecker factorisation is exact) are the posterior's
-    covariance; the diagonal structure is N(theta*, diag(Lambda)^-1), the inverse of the precision's diagonal."""
-    fitted = fit(linear.task, "laplace", budget=400, settings={"structure": structure, "batch_size": 64,
+    covariance; the diagonal structure is N(theta*, diag(Lambda)^-1), the inverse of the precision's diagonal.
+    At batch 16 the curvature is summed over four minibatches (issue 48: its scaling cannot show at batch N)."""
+    fitted = fit(linear.task, "laplace", budget=400, settings={"structure": structure, "batch_size": batch_size,
                                                                 "lr": 0.05, "min_lr": 0.001})
     posterior = fitted.approximator.posterior
     expected = 1 / torch.diagonal(linear.precision) if structure == "diagonal" else linear.covariance
@@ -57,13 +59,20 @@ def test_laplace_probit_regression_predictive_is_the_closed_form(linear, structu
     assert fitted.test_passes == 1
 
 
-def test_each_anchored_ensemble_member_is_its_anchor_s_map(linear, training_calls):
+MINIBATCH = pytest.mark.parametrize("batch_size", [64, 16], ids=["full-batch", "minibatch"])
+"""Issue 48: at batch 16 of 64 rows, where an error in the minibatch gradient's scaling moves the optimum the
+training reaches, the members still reach their MAP points: to 0.0055 standard deviations (seeds 0-2)."""
+
+
+@MINIBATCH
+def test_each_anchored_ensemble_member_is_its_anchor_s_map(linear, training_calls, batch_size):
     """Member k's anchored MAP is Lambda^-1 (Phi^T y / s^2 + a_k / v); so the ensemble's spread is
     Lambda^-1 Cov(a) Lambda^-1 / v^2 with Cov(a) = v I. Each member must reach its own."""
     from approximators import anchored
 
     calls = training_calls(anchored)
-    fit(linear.task, "ae", budget=8 * 300, settings={"epochs": 300, "validation_fraction": 0, **MAP_TRAINING})
+    fit(linear.task, "ae", budget=8 * 300, settings={"epochs": 300, "validation_fraction": 0, **MAP_TRAINING,
+                                                     "batch_size": batch_size})
     ((call,),) = [calls]
     assert call.trained.shape == (8, 4)
     z = (call.trained - anchored_map(linear, call.anchors)) / linear.sd
@@ -83,12 +92,13 @@ def test_anchored_ensemble_s_anchors_are_draws_from_the_prior(linear, training_c
     assert abs(float(z_mean)) < 4.5 and abs(float(z_variance)) < 4.5, (z_mean, z_variance)
 
 
-def test_each_deep_ensemble_member_reaches_the_map_from_its_own_start(linear, training_calls):
+@MINIBATCH
+def test_each_deep_ensemble_member_reaches_the_map_from_its_own_start(linear, training_calls, batch_size):
     """The MAP is unique here: five members from five distinct initialisations must all reach it."""
     from approximators import map as deep_ensemble
 
     calls = training_calls(deep_ensemble)
-    fit(linear.task, "de", budget=5 * 300, settings={"members": 5, **MAP_TRAINING})
+    fit(linear.task, "de", budget=5 * 300, settings={"members": 5, **MAP_TRAINING, "batch_size": batch_size})
     ((call,),) = [calls]
     assert call.start.shape == (5, 4) and torch.pdist(call.start).min() > 0.05  # distinct starts ...
     z = (call.trained - linear.mean) / linear.sd
