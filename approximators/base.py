@@ -176,8 +176,8 @@ class Footprint:
         its backward pass, predicting ``n_outputs`` numbers for each of ``n_test`` test rows: the training state
         and what the members hold, plus the larger of a training step's activations and the predictive's
         evaluation (its outputs, and its layers' outputs on a chunk of test rows, taken as one copy of what a
-        training step saves). An estimate from below: it refuses only what cannot fit, and running out of memory
-        later is still the machine's refusal (exit 3)."""
+        training step saves). It means to count no more than a run holds (``benchmarks/memory_plan.py``), so that
+        it refuses only what cannot fit; running out later is still the machine's refusal (exit 3)."""
         state = (self.networks * STATE_COPIES + self.kept + self.members * MEMBER_COPIES) * n_params * 4 \
             + self.schedule_steps * BYTES_PER_SCHEDULE_STEP + self.members * MEMBER_OVERHEAD_BYTES
         training = self.networks * self.rows * row_bytes * ACTIVATION_COPIES

@@ -1,5 +1,6 @@
-"""benchmarks/memory_plan.py: the memory plan against what runs hold, each case in a fresh process. The plan promises
-an estimate from below (it refuses only what cannot fit), so what a run holds must be at least what it planned."""
+"""benchmarks/memory_plan.py: the memory plan against what runs hold, each case in a fresh process. The plan means to
+count no more than a run holds (it refuses only what cannot fit): what a run holds at its peak, over what was
+resident before it, must be at least what it planned."""
 
 import json
 import subprocess
