@@ -34,6 +34,18 @@ def resident_bytes() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
+def restart_peak() -> None:
+    """Sets this process's peak resident memory (``VmHWM``) to what is resident now (Linux >= 4.0), so that the peak
+    read after a run is the run's, not one that loading the libraries and the task reached before it."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+
+
+def peak_bytes() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
 def measure(case: str) -> dict:
     """Runs ``case`` here (this process is fresh): the plan's bytes and the growth of the peak resident memory."""
     import torch
@@ -52,12 +64,11 @@ def measure(case: str) -> dict:
     n_params = sum(p.numel() for p in problem.model_factory().parameters())
     plan = approximator.footprint(float(budget), data.n_train).bytes(
         n_params, *activations_per_row(problem.model_factory, problem.x_test[:PROBE_ROWS]), problem.x_test.shape[0])
-    # The peak after the run against what is resident just before it (not the peak before it, which loading the
-    # libraries and the task may have set higher than a small run reaches).
+    restart_peak()
     before = resident_bytes()
     approximator.fit(problem, data, torch.Generator().manual_seed(0))
     approximator.predictive()
-    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    grown = peak_bytes() - before
     return {"case": case, "plan (MiB)": round(plan / 2**20), "measured (MiB)": round(grown / 2**20),
             "measured / plan": round(grown / plan, 2)}
 
