@@ -8,12 +8,11 @@ markers is replaced; the prose around them is the doc's own.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.arguments import OneLineParser
 from bench.errors import BenchError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,31 +87,31 @@ def doc_files() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.docblocks", allow_abbrev=False,
-                                     description="write the docs' generated blocks from their sources, or check them")
+    """The command: ``--write`` or ``--check`` (exit 1 when a block differs); a failure is raised, for the boundary
+    (:func:`bench.scripts.run`) to turn into one line."""
+    parser = OneLineParser(prog="python -m bench.docblocks",
+                           description="write the docs' generated blocks from their sources, or check them")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="rewrite every generated block of docs/")
     action.add_argument("--check", action="store_true", help="exit 1 naming every block that differs")
     args = parser.parse_args(argv)
-    try:
-        if args.check:
-            lines = stale(doc_files())
-            for line in lines:
-                print(line)
-            return 1 if lines else 0
-        from bench.io import atomic_write_bytes
+    if args.check:
+        lines = stale(doc_files())
+        for line in lines:
+            print(line)
+        return 1 if lines else 0
+    from bench.io import atomic_write_bytes
 
-        for path in doc_files():
-            text = path.read_text()
-            new = rewritten(text, path)
-            if new != text:
-                atomic_write_bytes(path, new.encode())
-                print(f"wrote {path.relative_to(ROOT)}")
-        return 0
-    except (BenchError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    for path in doc_files():
+        text = path.read_text()
+        new = rewritten(text, path)
+        if new != text:
+            atomic_write_bytes(path, new.encode())
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench import scripts
+
+    scripts.run(main)
