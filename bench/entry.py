@@ -96,8 +96,8 @@ def main() -> int:
         from bench.cli import main as run_command_line
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt) or _interrupted:
-            print(f"error: {_stopped()} while starting; nothing was done", file=sys.stderr)
-            return _stopped_code()
+            print(f"error: {stopped()} while starting; nothing was done", file=sys.stderr)
+            return stopped_code()
         if "--debug" in sys.argv or isinstance(error, SystemExit):
             raise
         print(f"error: internal error while starting, a bug in bdl-bench or in its installation: "
@@ -105,22 +105,23 @@ def main() -> int:
               "that --debug shows", file=sys.stderr)
         return EXIT_INTERNAL
     if _interrupted:  # a library caught the interrupt during the imports: what it left half-imported is unusable
-        print(f"error: {_stopped()} while starting; nothing was done", file=sys.stderr)
-        return _stopped_code()
+        print(f"error: {stopped()} while starting; nothing was done", file=sys.stderr)
+        return stopped_code()
     try:
         code = run_command_line()
     except KeyboardInterrupt:  # the instants before the command line's own boundary
-        print(f"error: {_stopped()}", file=sys.stderr)
+        print(f"error: {stopped()}", file=sys.stderr)
         code = EXIT_INTERRUPTED
     return _ending(EXIT_TERMINATED if _terminated and code == EXIT_INTERRUPTED else code)
 
 
-def _stopped() -> str:
+def stopped() -> str:
     """How the one line names what stopped the command."""
     return "terminated (SIGTERM)" if _terminated else "interrupted"
 
 
-def _stopped_code() -> int:
+def stopped_code() -> int:
+    """The exit code of the interrupt or termination that stopped the command."""
     return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
 
 

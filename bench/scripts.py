@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from bench import entry
 from bench.arguments import OneLineParser
-from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_TERMINATED, describe_failure
+from bench.errors import DEBUG_ENV, describe_failure
 
 
 def parser(script: str, description: str, **options) -> OneLineParser:
@@ -53,6 +53,5 @@ def run(main: Callable[[], int | None]) -> NoReturn:
 
 
 def _stopped() -> int:
-    terminated = entry.termination_arrived()
-    print(f"error: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
-    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    print(f"error: {entry.stopped()}", file=sys.stderr)
+    return entry.stopped_code()
