@@ -46,7 +46,35 @@ def _shipped_fidelity() -> str:
     return shipped.fidelity_tables(shipped.rows()[0])
 
 
+CALIBRATION = ROOT / "benchmarks" / "results" / "gate-calibration.json"
+"""What ``python benchmarks/gate_calibration.py --out`` kept: the gate's statistical mode against fresh seeds."""
+
+CALIBRATION_COLUMNS = {"seeds": "seeds", "metrics": "metrics", "tolerance": "tolerance (SE)",
+                       "max_abs_z_fidelity": "max |z| fidelity", "max_z_others": "max z others (worse)",
+                       "flagged": "flagged", "budget_mismatches": "budget mismatches"}
+"""Each set's fields, as the table heads them."""
+
+
+def calibration_table(rows: list[dict]) -> str:
+    """The gate calibration's sets as a table (what the script prints and the doc shows)."""
+    from tabulate import tabulate
+
+    return tabulate([{head: row[key] for key, head in CALIBRATION_COLUMNS.items()} for row in rows],
+                    headers="keys", tablefmt="github", floatfmt=".2f")
+
+
+def _gate_calibration() -> str:
+    from bench.io import read_json
+
+    kept = read_json(CALIBRATION, "the gate calibration", "run `python benchmarks/gate_calibration.py --sets 4 "
+                     "--seeds 2 --workers 2 --out benchmarks/results/gate-calibration.json`")
+    return (f"`{kept['command']}` on {kept['cpu']}, {kept['date']}, against the baseline of sha256 "
+            f"{kept['baseline_sha256'][:16]}... ({kept['minutes']:g} minutes with {kept['workers']} worker(s)):\n\n"
+            f"{calibration_table(kept['sets'])}\n")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "gate-calibration": _gate_calibration,
     "shipped-fidelity": _shipped_fidelity,
     "reference-diagnostics": _reference_table,
     "reference-floor-parts": _floor_parts_table,

@@ -1,24 +1,31 @@
 """False alarms of the gate's statistical mode: fresh seeds of unchanged methods against the committed baseline.
 
-    python benchmarks/gate_calibration.py [--sets 2] [--seeds N] [--workers W]
+    python benchmarks/gate_calibration.py [--sets 2] [--seeds N] [--workers W] [--out FILE.json]
 
 Another machine behaves like fresh seeds, so each set reruns the baseline's configuration with seeds
 disjoint from the baseline's (10-19, 20-29, ...; with ``--seeds 2``, as CI reruns, 10-11, 12-13, ...) and
 compares it statistically. Prints, per set, the
 largest |z| of a fidelity metric, the largest z (worse) of another metric, and how many metrics the
 default (Bonferroni) tolerance flags: an unchanged method should flag none. Each method runs with the baseline's
-settings and from its source, as ``python -m bench check`` reruns it.
+settings and from its source, as ``python -m bench check`` reruns it. ``--out`` keeps the result (every set's row,
+the command, the baseline's sha256, the CPU and the date) as JSON: docs/leaderboard.md's table is written from
+``benchmarks/results/gate-calibration.json`` (``python -m bench.docblocks --write``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+import shlex
+import sys
+import time
 from pathlib import Path
-
-from tabulate import tabulate
 
 from bench import scripts
 from bench.arguments import positive_whole
+from bench.docblocks import calibration_table
 from bench.errors import BenchError
+from bench.io import atomic_write_bytes, json_bytes
 from leaderboard import gate
 
 
@@ -28,6 +35,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=positive_whole, default=None, help="seeds per set (default: as many as the baseline's)")
     parser.add_argument("--workers", type=positive_whole, default=1)
     parser.add_argument("--baseline", type=Path, default=Path(__file__).parent / "baseline.json")
+    parser.add_argument("--out", type=Path, help="JSON file that keeps the result")
     parser.add_argument("--method", nargs="+", default=[], dest="methods", metavar="SOURCE",
                         help="methods of one's own the baseline loads from package.module:ClassName, which a baseline "
                              "never imports unless named here (as `check --method`)")
@@ -35,13 +43,24 @@ def main() -> None:
     if min(args.sets, args.workers, 1 if args.seeds is None else args.seeds) < 1:
         parser.error(f"--sets, --seeds and --workers must be at least 1, got --sets {args.sets} --seeds {args.seeds} "
                      f"--workers {args.workers}")
+    started = time.monotonic()
     try:
-        print(calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods))
+        rows = calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods)
     except BenchError as error:  # a damaged baseline or a failed run: one line, as the CLI reports it
         parser.exit(1, f"error: {error}\n")
+    print(calibration_table(rows))
+    if args.out is not None:
+        result = {"command": shlex.join(["python", "benchmarks/gate_calibration.py", *sys.argv[1:]]),
+                  "baseline_sha256": hashlib.sha256(args.baseline.read_bytes()).hexdigest(),
+                  "cpu": gate.environment()["cpu"], "date": dt.date.today().isoformat(), "workers": args.workers,
+                  "minutes": round((time.monotonic() - started) / 60, 1), "sets": rows}
+        atomic_write_bytes(args.out, json_bytes(result))
+        print(f"wrote {args.out}")
 
 
-def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int, methods: list[str] | None = None) -> str:
+def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int,
+                methods: list[str] | None = None) -> list[dict]:
+    """One row per set of fresh seeds (:data:`bench.docblocks.CALIBRATION_COLUMNS`)."""
     baseline = gate.load_baseline(path)
     config = baseline["configuration"]
     sources = gate.baseline_sources(baseline)
@@ -57,10 +76,10 @@ def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int, 
         fidelity = [abs(f.z) for f in report.findings if f.two_sided]
         others = [f.z for f in report.findings if not f.two_sided]
         rows.append({"seeds": f"{seeds[0]}-{seeds[-1]}", "metrics": report.n_compared,
-                     "tolerance (SE)": f"{report.tolerance:.2f}", "max |z| fidelity": f"{max(fidelity):.2f}",
-                     "max z others (worse)": f"{max(others):.2f}", "flagged": len(report.flagged),
-                     "budget mismatches": len(report.budget_mismatches)})
-    return tabulate(rows, headers="keys", tablefmt="github")
+                     "tolerance": round(report.tolerance, 4), "max_abs_z_fidelity": round(max(fidelity), 4),
+                     "max_z_others": round(max(others), 4), "flagged": len(report.flagged),
+                     "budget_mismatches": len(report.budget_mismatches)})
+    return rows
 
 
 if __name__ == "__main__":

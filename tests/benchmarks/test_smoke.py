@@ -6,12 +6,16 @@ the crosscheck extra)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench import docblocks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,9 +68,13 @@ def test_gate_calibration_runs_against_a_baseline_of_its_own(tmp_path):
                            "--method", "sgd", "--task", "toy-gap", "--budget", "2", "--seeds", "2"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert made.returncode == 0, made.stderr
-    done = _run("gate_calibration", ["--sets", "1", "--seeds", "2", "--baseline", "{tmp}/b.json"], tmp_path)
+    done = _run("gate_calibration", ["--sets", "1", "--seeds", "2", "--baseline", "{tmp}/b.json", "--out",
+                                     "{tmp}/calibration.json"], tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert done.stdout.strip()
+    kept = json.loads((tmp_path / "calibration.json").read_text())
+    assert [row["seeds"] for row in kept["sets"]] == ["2-3"] and kept["sets"][0]["flagged"] == 0
+    assert kept["baseline_sha256"] == hashlib.sha256((tmp_path / "b.json").read_bytes()).hexdigest()
+    assert docblocks.calibration_table(kept["sets"]) in done.stdout
 
 
 def test_every_script_is_run_by_a_test():

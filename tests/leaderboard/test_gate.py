@@ -193,6 +193,20 @@ def test_the_documented_false_alarm_rate_holds_in_simulation():
     assert abs(alarms - trials * rate) < spread, (alarms, trials * rate)
 
 
+def test_the_documented_calibration_is_of_the_committed_baseline():
+    """docs/leaderboard.md's calibration table is written from benchmarks/results/gate-calibration.json: when the
+    baseline changes, the calibration must be run again (`python benchmarks/gate_calibration.py --sets 4 --seeds 2
+    --workers 2 --out benchmarks/results/gate-calibration.json`, about 5 minutes), or the doc would describe another
+    baseline's false alarms."""
+    import hashlib
+
+    from bench import docblocks
+
+    kept = json.loads(docblocks.CALIBRATION.read_text())
+    assert kept["baseline_sha256"] == hashlib.sha256(BASELINE.read_bytes()).hexdigest()
+    assert all(row["flagged"] == 0 for row in kept["sets"])
+
+
 def test_missing_method_task_or_baseline_and_bad_options_are_clear_errors(tmp_path, run_cli):
     code, _, err = run_cli("check", "--baseline", BASELINE, "--method", "nope")
     assert code == 2 and "no baseline for method nope" in err
