@@ -24,11 +24,12 @@ from approximators.sgld import StochasticGradientLangevin
 from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
 from approximators.vogn import VOGN
 from approximators.boundary import exit_call, guarded
+from approximators.registry import METHODS
 from bench.errors import COMMAND_LINE, ConfigError, Spelling, text_of
 
-METHODS: dict[str, type[Approximator]] = {m.name: m for m in (
+METHODS.update({m.name: m for m in (
     MAP, DeepEnsemble, AnchoredEnsemble, SequentialAnchoredEnsemble, SWAG, SWAGDiagonal, MultiSWAG,
-    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace, BudgetedHMC)}
+    StochasticGradientLangevin, CyclicalSGMCMC, VOGN, MFVI, MCDropout, Laplace, BudgetedHMC)})
 
 
 METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.arguments import NUMBER, WHOLE_NUMBER
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import COMMAND_LINE, ConfigError, DoesNotFit, Spelling, shown
 from bench.memory import Room, room
@@ -322,12 +323,10 @@ class Approximator:
         return self._predictive
 
 
-TYPED_NUMBERS = {int: re.compile(r"[+-]?[0-9]+"),
-                 float: re.compile(r"[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)",
-                                   re.IGNORECASE)}
-"""How a setting's number is typed: ASCII digits with a sign, for a float a point and an exponent, or inf and nan
-(which the setting's interval then refuses, naming it); Python's ``int`` and ``float`` also take spaces, underscores
-and other scripts' digits."""
+TYPED_NUMBERS = {int: WHOLE_NUMBER, float: re.compile(rf"{NUMBER.pattern}|[+-]?(inf|infinity|nan)", re.IGNORECASE)}
+"""How a setting's number is typed: the command line's grammar (:data:`bench.arguments.NUMBER`), and for a float also
+inf and nan (which the setting's interval then refuses, naming it); Python's ``int`` and ``float`` also take spaces,
+underscores and other scripts' digits."""
 
 
 def _parse(name: str, raw: str, kind, spelling: Spelling) -> object:

@@ -25,6 +25,7 @@ import os
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, NoReturn
 
+from approximators.registry import METHODS
 from bench.errors import EXIT_ENVIRONMENT, MACHINE_ERRNOS, BenchError, MethodFailed, out_of_memory, text_of
 
 on_call: Callable[[str | None, str | None], None] | None = None
@@ -34,8 +35,6 @@ process sets it, :mod:`bench.executors`)."""
 
 def is_built_in(method: type) -> bool:
     """One of bdl-bench's own methods: the class registered under its name in :data:`approximators.METHODS`."""
-    from approximators import METHODS  # here: the package imports this module while it builds METHODS
-
     return METHODS.get(getattr(method, "name", None)) is method
 
 

@@ -1,7 +1,7 @@
 r"""Budgeted full-batch Hamiltonian Monte Carlo: the reference sampler itself under the epoch budget (``hmc``).
 
 How far is the gold standard from itself at a budget users can afford? This is the sampler that computes the
-embedded tasks' references (:mod:`reference.hmc`, Izmailov et al. 2021): ``chains`` independent chains, each
+embedded tasks' references (:mod:`bench.hmc`, Izmailov et al. 2021): ``chains`` independent chains, each
 iteration a fresh momentum p ~ N(0, I), n leapfrog steps of the full-data log posterior log p(D | theta) +
 log N(theta; 0, v I) and a Metropolis test on the change of energy. The trajectory is either ``leapfrog_steps``
 = L steps long, n = ceil(L u), or, with ``leapfrog_steps`` = 0, as the references' of fixed length tau =
@@ -28,7 +28,7 @@ references' length takes 50 to 300 steps on the embedded tasks, so a budget of 1
 the step-size search of Algorithm 4 at the start (the references start every chain at 1e-3 and run 100
 burn-in iterations, far more than a budget of a few hundred epochs allows), and burn-in measured in epochs
 rather than iterations. ``vectorise`` and ``compiled`` choose how the trajectories
-are computed (:class:`reference.hmc.Integrator`): all chains at once or one by one, eagerly or as one compiled
+are computed (:class:`bench.hmc.Integrator`): all chains at once or one by one, eagerly or as one compiled
 function per leapfrog step (about 20-30 s to compile, worth it only for long runs); they change round-off and
 speed, and, vectorised, what finished chains are charged.
 """
@@ -47,7 +47,7 @@ from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveA
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError, SamplerStuck
 from bench.functional import StackedModel
-from reference import hmc
+from bench import hmc
 
 MAX_LEAPFROG_STEPS = 10_000
 """The references' cap on one trajectory's steps (``reference.settings.HMCSettings``)."""

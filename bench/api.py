@@ -102,7 +102,8 @@ from bench.errors import PYTHON, BenchError, BudgetExhausted, ConfigError, Damag
 from bench.executors import usable_cores
 from bench.functional import ParameterLayout, StackedModel, seeded_module
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood, log_prior
-from bench.records import SEED_LIMIT, read_result
+from bench.arguments import SEED_LIMIT
+from bench.records import read_result
 from bench.runner import (DEVICES, RunSpec, check_label, fit_and_predict, metered, planned, resolve_device,
                           resolved_config, run as run_spec)
 from bench.tasks import Task, all_task_names, get_task, task_names

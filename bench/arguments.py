@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from bench.budget import MAX_BUDGET_EPOCHS
-from bench.records import NUMBER, SEED_LIMIT, WHOLE_NUMBER
+
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+"""How a count, seed, budget or tolerance is typed on a command line: ASCII digits and a sign, for a number a point
+and an exponent, nothing else (Python's ``int`` and ``float`` also take spaces, underscores, other scripts' digits,
+nan and inf)."""
+
+SEED_LIMIT = 2**63
+"""Seeds lie in [0, 2^63): torch's generators and the leaderboard's integer columns hold them."""
 
 
 def whole_number(text: str) -> int:

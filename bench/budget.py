@@ -217,3 +217,9 @@ class MeteredData:
         """A copy of the whole training set, charged as one epoch (one full-data gradient evaluation)."""
         self._meter.charge(self.n_train)
         return self._x.clone(), self._y.clone()
+
+
+def budget_label(budget: float) -> str:
+    """The budget as a folder name, exactly: an integer as is, any other float by its shortest round-trip repr."""
+    budget = float(budget)
+    return str(int(budget)) if budget.is_integer() else repr(budget)

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from bench.budget import DEFAULT_MAX_EPOCHS, check_planned_epochs
 import bench
-from bench import entry, records
+from bench import interrupts, records
 from bench.errors import (DEBUG_ENV, EXIT_INTERRUPTED, EXIT_METHOD, EXIT_TERMINATED, BenchError, ConfigError,
                           FailedElsewhere, MethodFailed, describe_failure, terminal_text)
 from bench.arguments import (OneLineParser, budget_epochs, decimal_number, finite_epochs, positive_whole,
@@ -495,7 +495,7 @@ def _earlier_row(folder: Path) -> dict:
 
 def _summary_row(result: dict) -> dict:
     """One line of the run table; official references have no published noise floor (shown as None)."""
-    from bench.records import budget_label
+    from bench.budget import budget_label
 
     m = result["metrics"]
     floor = (result["noise_floor"] or {}).get("all", {})
@@ -786,6 +786,7 @@ def _submitter(name: str | None) -> str:
 
 def _cmd_submit(args) -> int:
     from bench.executors import Isolations
+    from bench.verify import verified_row
     from leaderboard import submission
 
     name = _submitter(args.name)
@@ -813,9 +814,8 @@ def _cmd_submit(args) -> int:
                 if args.method is not None and not args.verify:
                     raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code "
                                      "that re-executes a run folder; a run folder records its own method")
-                rows += [submission.score_run(folder, name, args.notes, args.cache, verify=args.verify,
-                                              verify_method=args.method, isolate=not args.debug,
-                                              isolations=isolations)
+                rows += [verified_row(folder, name, args.notes, args.cache, args.method, not args.debug, isolations)
+                         if args.verify else submission.score_run(folder, name, args.notes, args.cache)
                          for folder in submission.run_folders([path])]
     _store(rows, args.db)
     return 0
@@ -942,19 +942,19 @@ INTERRUPTED = {
 def interrupted_line(command: str | None) -> str:
     """The one line of a command interrupted by Ctrl-C or terminated by SIGTERM."""
     left = INTERRUPTED.get(command)
-    return f"error: {'terminated (SIGTERM)' if entry.termination_arrived() else 'interrupted'}" \
+    return f"error: {interrupts.stopped()}" \
         + (f"; {left}" if left else "")
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line's one error boundary: every failure ends as one line on stderr and an exit code
     (:mod:`bench.errors`); ``--debug`` anywhere in ``argv`` (or ``BDL_BENCH_DEBUG=1``) lets it raise instead.
-    Any failure after Ctrl-C arrived (:data:`bench.entry.interrupt_arrived`: a library that caught the interrupt
+    Any failure after Ctrl-C arrived (:func:`bench.interrupts.interrupt_arrived`: a library that caught the interrupt
     in the middle of an import fails later in its own way) is reported as the interrupt (exit 130; 143 for SIGTERM,
     which stops a command as Ctrl-C does)."""
-    with entry.command():
+    with interrupts.command():
         code = _bounded(argv)
-        return EXIT_TERMINATED if entry.termination_arrived() and code == EXIT_INTERRUPTED else code
+        return EXIT_TERMINATED if interrupts.termination_arrived() and code == EXIT_INTERRUPTED else code
 
 
 def _bounded(argv: list[str] | None) -> int:
@@ -967,7 +967,7 @@ def _bounded(argv: list[str] | None) -> int:
     try:
         return _dispatch(argv, command_line, debug, parsed)
     except Exception as error:
-        if entry.interrupt_arrived():
+        if interrupts.interrupt_arrived():
             print(interrupted_line(parsed.command), file=sys.stderr)
             return EXIT_INTERRUPTED
         if debug:

@@ -73,12 +73,97 @@ def _gate_calibration() -> str:
             f"{calibration_table(kept['sets'])}\n")
 
 
+MEASUREMENTS = ROOT / "benchmarks" / "results" / "speed"
+"""What the speed scripts kept with ``--out`` (:func:`bench.scripts.keep`), one JSON file each."""
+
+MEASURED_TABLES = {
+    "speed-cost": ("cost", "charged", ".2f"),
+    "speed-cost-marginal": ("cost", "marginal", ".2f"),
+    "speed-cost-fixed": ("cost", "fixed", ".1f"),
+    "speed-hmc-rates": ("cost", "hmc", ".0f"),
+    "speed-vectorised-members": ("vectorised-members", "speed-up", ".2f"),
+    "speed-competition": ("competition-cost", "charged", ".2f"),
+    "speed-competition-marginal": ("competition-marginal", "charged", ".2f"),
+    "speed-peers": ("peers", "ratios", ".2f"),
+    "speed-hmc-numpyro": ("hmc-speed", "rates", ".2f"),
+}
+"""Block name -> (the file's name in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written)."""
+
+
+def measured_table(stem: str, table: str, floatfmt: str) -> str:
+    """One kept table, headed by the command that measured it and where and when it ran."""
+    from tabulate import tabulate
+
+    from bench.io import read_json
+
+    path = MEASUREMENTS / f"{stem}.json"
+    repair = f"run the command its doc names with `--out {path.relative_to(ROOT)}`"
+    if not path.exists():
+        raise BenchError(f"{path}: no such kept measurement; {repair}")
+    kept = read_json(path, "a kept measurement", repair)
+    if table not in kept.get("tables", {}):
+        raise BenchError(f"{path}: no table {table!r}; it holds {', '.join(kept.get('tables', {})) or 'none'}")
+    columns, rows = kept["tables"][table]["columns"], kept["tables"][table]["rows"]
+    load = ", ".join(f"{x:g}" for x in kept["load_average"])
+    return (f"`{kept['command']}`: {kept['cpu']} ({kept['cpu_count']} cores, load average {load} at the end), "
+            f"torch {kept['torch']}, {kept['threads']} thread(s), {kept['date']}, {kept['minutes']:g} minutes.\n\n"
+            f"{tabulate(rows, headers=columns, tablefmt='github', floatfmt=floatfmt, missingval='')}\n")
+
+
+OFFICIAL_TRAIN_ROWS = {"cifar10": 50_000, "cifar10c": 50_000, "imdb": 25_000}
+"""Training rows of the competition tasks whose training set has one official size (CIFAR-10's and IMDB's training
+sets; ``cifar10c`` trains on CIFAR-10's), to scale a measured epoch to a whole run."""
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86_400), ("hours", 3_600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.2g} s"
+
+
+def competition_run_time() -> str:
+    """How long a competition run takes on the CPU that measured ``competition-cost.json``: a plain SGD epoch (batch
+    128) per 1,000 training rows, times the least and the most any method's charged epoch cost there, times the
+    budget; scaled to the official training set where it has one size (:data:`OFFICIAL_TRAIN_ROWS`)."""
+    from tabulate import tabulate
+
+    from bench.io import read_json
+
+    path = MEASUREMENTS / "competition-cost.json"
+    kept = read_json(path, "a kept measurement", "run `python benchmarks/competition_cost.py --rows 512 --out "
+                                                 "benchmarks/results/speed/competition-cost.json`")
+    table = kept["tables"]["charged"]
+    rows = []
+    for values in table["rows"]:
+        row = dict(zip(table["columns"], values))
+        ratios = [value for column, value in row.items() if isinstance(value, float) and column != "rows"]
+        plain = kept["plain_seconds"][row["task"]]
+        per_thousand = plain.get("128", min(plain.values())) * 1000 / kept["rows"]
+        low, high = min(ratios), max(ratios)
+        official = OFFICIAL_TRAIN_ROWS.get(row["task"])
+        official_epoch = None if official is None else per_thousand * official / 1000
+        rows.append({"task": f"`{row['task']}`", "plain SGD epoch per 1,000 rows": _duration(per_thousand),
+                     "charged epoch, in plain epochs": f"{low:.2f}-{high:.2f}",
+                     **{f"budget {budget}, per 1,000 rows": f"{_duration(per_thousand * budget * low)} to "
+                                                            f"{_duration(per_thousand * budget * high)}"
+                        for budget in (100, 1000)},
+                     "budget 1000, official training set": "" if official is None else
+                     f"{_duration(official_epoch * 1000 * low)} to {_duration(official_epoch * 1000 * high)} "
+                     f"({official:,} rows)"})
+    return (f"From `{kept['command']}` ({kept['cpu']}, {kept['threads']} thread(s), {kept['date']}):\n\n"
+            f"{tabulate(rows, headers='keys', tablefmt='github')}\n")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "gate-calibration": _gate_calibration,
     "shipped-fidelity": _shipped_fidelity,
     "reference-diagnostics": _reference_table,
     "reference-floor-parts": _floor_parts_table,
     "nuts-crosschecks": _nuts_table,
+    "competition-run-time": competition_run_time,
+    **{name: (lambda stem=stem, table=table, floatfmt=floatfmt: measured_table(stem, table, floatfmt))
+       for name, (stem, table, floatfmt) in MEASURED_TABLES.items()},
 }
 """Block name -> the function that writes its body (markdown, ending in a newline) from the repository's files."""
 

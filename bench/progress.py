@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator
 
-from bench.records import budget_label
+from bench.budget import budget_label
 
 EPOCH_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:g} epochs [{elapsed}<{remaining}]"
 

@@ -22,22 +22,14 @@ from typing import Iterator
 
 import numpy as np
 
+from bench.arguments import SEED_LIMIT
+from bench.budget import budget_label
 from bench.errors import COMMAND_LINE, BenchError, ConfigError, DamagedFile, Spelling, cannot_write, shown
 from bench.io import atomic_write_bytes, exclusive, json_bytes, json_depth, npz_bytes, read_json
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
 LOCK = ".lock"
-
-SEED_LIMIT = 2**63
-"""Seeds lie in [0, 2^63): torch's generators and the leaderboard's integer columns hold them."""
-
-
-def budget_label(budget: float) -> str:
-    """The budget as a folder name, exactly: an integer as is, any other float by its shortest round-trip repr."""
-    budget = float(budget)
-    return str(int(budget)) if budget.is_integer() else repr(budget)
-
 
 def run_folder(out: Path, task: str, method: str, budget: float, seed: int) -> Path:
     return Path(out) / task / method / f"budget-{budget_label(budget)}" / f"seed-{seed}"
@@ -172,12 +164,6 @@ METHOD_SOURCE = re.compile(r"\w+(\.\w+)*:(\w+|<locals>)(\.(\w+|<locals>))*")
 in a function, which ``run`` records too though it cannot be loaded again)."""
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
-NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
-"""How a count, seed, budget or tolerance is typed on a command line: ASCII digits and a sign, for a number a point
-and an exponent, nothing else (Python's ``int`` and ``float`` also take spaces, underscores, other scripts' digits,
-nan and inf)."""
-
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "task_version": (int,), "task_fingerprint": (str,), "method": (str,),
     "budget": (int, float), "epochs_used": (int, float), "test_passes": (int, float), "seed": (int,),
@@ -205,6 +191,9 @@ def finite_number(value) -> bool:
     return -sys.float_info.max <= value <= sys.float_info.max  # False for NaN and the infinities
 
 
+MAX_LABEL_CHARS = 100
+"""The longest label a run takes (it is shown in table cells and plot legends)."""
+
 SHIPPED_LABEL = "shipped"
 """The leaderboard's label of the results shipped with bdl-bench (:mod:`leaderboard.shipped`), which no run takes."""
 
@@ -212,8 +201,6 @@ SHIPPED_LABEL = "shipped"
 def check_label(label, source: str) -> None:
     """``label`` is None (no label) or 1 to ``MAX_LABEL_CHARS`` printable characters, not only spaces, as ``run
     --label`` takes it (it is shown in table cells and plot legends), and not :data:`SHIPPED_LABEL`."""
-    from bench.runner import MAX_LABEL_CHARS
-
     if label is not None and not (printable(label, MAX_LABEL_CHARS) and label.strip()):
         raise DamagedFile(f"{source}: a label must be 1 to {MAX_LABEL_CHARS} printable characters, not only spaces")
     if label is not None and label.strip().casefold() == SHIPPED_LABEL:

@@ -30,13 +30,11 @@ from approximators import Approximator, Problem, method_source, resolve_config, 
 from approximators.base import check_footprint
 from approximators.boundary import method_fault, users_code
 from bench import metrics, records
+from bench.records import MAX_LABEL_CHARS
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import COMMAND_LINE, BenchError, ConfigError, Spelling, shown
 from bench.tasks import Task, get_task
 from reference.store import Reference, load_reference
-
-
-MAX_LABEL_CHARS = 100
 
 
 def check_label(label: str | None) -> None:

@@ -15,13 +15,16 @@ A script builds its parser with :func:`parser` and ends with ``run(main)``::
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import shlex
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from bench import entry
+from bench import interrupts
 from bench.arguments import OneLineParser
 from bench.errors import DEBUG_ENV, describe_failure
 
@@ -32,17 +35,53 @@ def parser(script: str, description: str, **options) -> OneLineParser:
     return OneLineParser(prog=f"python benchmarks/{Path(script).name}", description=description, **options)
 
 
+def out_option(parser: OneLineParser) -> None:
+    """``--out FILE.json``: the script keeps what it measured (:func:`keep`), for the docs' generated tables."""
+    parser.add_argument("--out", type=Path, help="JSON file that keeps the measurement (its tables, the command, "
+                                                 "the machine, the versions and the date), for the docs' tables")
+
+
+def keep(path: Path | None, script: str, started: float, tables: dict[str, list[dict]], **extra) -> None:
+    """Writes ``tables`` (name -> rows, each a dict from column head to value) to ``path`` (nothing when None),
+    atomically, with what makes the figures checkable: the command that measured them, the CPU, the versions, torch's
+    threads, the load average at the end (the machine is shared: only ratios measured side by side mean anything),
+    the date and the minutes taken (from ``started``, a ``time.monotonic()``), and ``extra`` fields.
+    ``python -m bench.docblocks --write`` renders such a file's tables into docs/."""
+    if path is None:
+        return
+    import torch
+
+    from bench.io import atomic_write_bytes, json_bytes
+    from bench.runner import environment
+
+    machine = environment()
+    result = {"command": shlex.join(["python", f"benchmarks/{Path(script).name}", *sys.argv[1:]]),
+              "cpu": machine["cpu"], "cpu_count": os.cpu_count(), "torch": machine["torch"],
+              "threads": torch.get_num_threads(), "load_average": [round(x, 2) for x in os.getloadavg()],
+              "date": dt.date.today().isoformat(), "minutes": round((time.monotonic() - started) / 60, 1),
+              **extra, "tables": {name: _columns_and_rows(rows) for name, rows in tables.items()}}
+    atomic_write_bytes(path, json_bytes(result), "the measurement")
+    print(f"wrote {path}")
+
+
+def _columns_and_rows(rows: list[dict]) -> dict:
+    """Rows of dicts as ``{"columns": [...], "rows": [[...], ...]}``: the columns keep their order in the JSON (whose
+    keys are sorted), in order of first appearance; a row without a column holds None there."""
+    columns = list(dict.fromkeys(column for row in rows for column in row))
+    return {"columns": columns, "rows": [[row.get(column) for column in columns] for row in rows]}
+
+
 def run(main: Callable[[], int | None]) -> NoReturn:
     """Runs a script's ``main`` inside the boundary and exits with its code (0 for None)."""
     debug = "--debug" in sys.argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     sys.argv = [arg for arg in sys.argv if arg != "--debug"]
-    with entry.command():
+    with interrupts.command():
         try:
             code = main() or 0
         except KeyboardInterrupt:
             code = _stopped()
         except Exception as error:
-            if entry.interrupt_arrived():  # a library that caught the interrupt failed later in its own way
+            if interrupts.interrupt_arrived():  # a library that caught the interrupt failed later in its own way
                 code = _stopped()
             elif debug:
                 raise
@@ -53,5 +92,5 @@ def run(main: Callable[[], int | None]) -> NoReturn:
 
 
 def _stopped() -> int:
-    print(f"error: {entry.stopped()}", file=sys.stderr)
-    return entry.stopped_code()
+    print(f"error: {interrupts.stopped()}", file=sys.stderr)
+    return interrupts.stopped_code()

@@ -15,19 +15,18 @@ configuration, or two variants giving a method the same configuration, stop the 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import signal
-import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 from approximators import resolve_config, resolve_method
 from bench import executors, records
+from bench.budget import budget_label
 from bench.errors import COMMAND_LINE, ConfigError, Spelling
 from bench.executors import Outcome
+from bench.interrupts import sigterm_as_interrupt
 from bench.progress import Progress, run_title
 from bench.runner import RunSpec, resolve_device
 from bench.tasks import default_task_names, get_task
@@ -151,29 +150,11 @@ def feasible(runs: list[PlannedRun], cache: Path | None = None) -> tuple[list[Pl
                 except BudgetExhausted as error:
                     refused[key] = str(error)
                     variant = f" [{run.variant}]" if run.variant else ""
-                    lines.append(f"skipped: {run.spec.task} {run.method} budget {records.budget_label(run.spec.budget)}"
+                    lines.append(f"skipped: {run.spec.task} {run.method} budget {budget_label(run.spec.budget)}"
                                  f"{variant}, every seed: {error}")
         if refused[key] is None:
             kept.append(run)
     return kept, lines
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM (a scheduler's stop, ``kill``) ends the sweep like Ctrl-C, from the Python API too: the workers are
-    stopped, not orphaned (the command line says so with exit code 143). Only where SIGTERM would otherwise end the
-    process at once (its default): a handler the host program set, or an ignored SIGTERM, is left as it is."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:  # only the main thread may set handlers
-        yield
-        return
-    from bench.entry import on_sigterm
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def check_executor(executor: str, workers: int | None, threads: int, ray_address: str | None,
@@ -210,7 +191,7 @@ def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None
     if executor == "local":
         for device in devices:  # --device cuda without a GPU is one line before anything trains
             resolve_device(device)
-    with Progress(len(todo), quiet, "sweep") as progress, _terminate_as_interrupt():
+    with Progress(len(todo), quiet, "sweep") as progress, sigterm_as_interrupt():
         def finished(spec: RunSpec, outcome: Outcome) -> None:
             outcomes[by_spec[spec]] = outcome
             progress.finished(by_spec[spec].title, outcome.result is None)

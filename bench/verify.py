@@ -34,6 +34,7 @@ marks verified runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,8 @@ from bench import metrics, records
 from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere
 from bench.executors import Isolations, isolates, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
+from leaderboard.store import RunRow
+from leaderboard.submission import SubmissionError, check_scored_claims, checked_run, score_run, scored
 
 CROSS_ENVIRONMENT_FACTOR = 2.0
 """Another machine: recorded-to-rerun distance may be at most this times the rerun's seed-to-seed distance."""
@@ -150,6 +153,18 @@ def _not_bitwise(changes: dict[str, tuple] | None) -> str:
     return why
 
 
+def verified_row(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, method: str | None = None,
+                 isolate: bool = True, isolations: Isolations | None = None) -> RunRow:
+    """The leaderboard row of the run in ``folder``, validated and re-scored (:func:`leaderboard.submission.score_run`:
+    the cheap checks first), then re-executed (:func:`verify`, which takes ``method``, ``isolate`` and ``isolations``)
+    and refused unless it reproduces; the row records how it was verified."""
+    row = score_run(folder, submitter, notes, cache)
+    verification = verify(folder, cache, method, isolate, isolations)
+    if not verification.passed:
+        raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
+    return dataclasses.replace(row, verified=True, verification=verification.mode)
+
+
 def verify(folder: Path, cache: Path | None = None, method: str | None = None, isolate: bool = True,
            isolations: Isolations | None = None) -> Verification:
     """Re-executes the run in ``folder`` on the CPU, with this process's torch threads, and compares it with its
@@ -175,8 +190,6 @@ def verify(folder: Path, cache: Path | None = None, method: str | None = None, i
 
 def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verification:
     """:func:`verify` in this process."""
-    from leaderboard.submission import SubmissionError, checked_run
-
     try:  # every claim the record makes that needs no re-execution, as submit and export-submission check them
         run = checked_run(folder, cache)
     except SubmissionError as error:
@@ -210,8 +223,6 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
         same = records.predictions_sha256(predictions) == digest
         detail = "predictions' sha256 equal" if same else "the re-executed predictions' sha256 differs from the record's"
         if same:  # the record's metrics, from the predictions it names (bit for bit the re-executed ones)
-            from leaderboard.submission import SubmissionError, check_scored_claims, scored
-
             try:
                 check_scored_claims(result, scored(task, run.reference, predictions), str(folder / records.RESULT))
                 detail += ", every metric recomputed as recorded"
@@ -263,8 +274,6 @@ def _alone_elsewhere(folder: Path, run, predictions: np.ndarray, budget_problems
     ``CROSS_CPU_SEEDS`` - 1 degrees of freedom) of sqrt(2) times their standard deviation. Nothing of the spread comes
     from a file: records beside it are as editable as this one."""
     import scipy.stats
-
-    from leaderboard.submission import scored
 
     result = run.result
     now = _metric_values(scored(run.task, run.reference, predictions))

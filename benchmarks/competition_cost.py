@@ -86,9 +86,11 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(SPECS))
     parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS), choices=[*SHORT_RUNS, *SEQUENTIAL])
     parser.add_argument("--marginal", action="store_true", help="also the marginal cost of an epoch")
+    scripts.out_option(parser)
     args = parser.parse_args()
+    started = time.monotonic()
     device = torch.device(args.device)
-    rows = []
+    rows, plain_seconds = [], {}
     for name in args.tasks:
         task = synthetic_task(name, args.rows, device)
         plain = {}  # batch size -> seconds of one plain SGD epoch
@@ -113,11 +115,14 @@ def main() -> None:
                     extra.append((longer_seconds - seconds) / (longer_epochs - epochs))
                 row[f"{method} marginal"] = statistics.median(extra) / plain[batch]
         row["plain SGD epoch (s), by batch"] = ", ".join(f"{b}: {t:.3f}" for b, t in sorted(plain.items()))
+        plain_seconds[name] = {str(b): t for b, t in sorted(plain.items())}
         rows.append(row)
         print(row, flush=True)  # a long run on a lent machine keeps each task's row if a later one is cut off
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; "
           "one charged epoch of each method / one plain SGD epoch at the method's batch size")
     print(tabulate(rows, headers="keys", floatfmt=".2f"))
+    scripts.keep(args.out, __file__, started, {"charged": rows}, device=str(device), rows=args.rows,
+                 plain_seconds=plain_seconds)
 
 
 if __name__ == "__main__":

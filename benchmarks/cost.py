@@ -1,6 +1,7 @@
 """Cost of training and of HMC on the embedded tasks, measured in one run on one machine.
 
     python benchmarks/cost.py [--epochs 10] [--repeats 5] [--methods sgd vogn ...] [--tasks ...] [--no-hmc]
+                              [--out FILE.json]
 
 1. One charged epoch of each method (its whole ``fit``: training, validation and the predictive's
    test passes, divided by the epochs charged), as a ratio to one plain SGD epoch of the same model
@@ -12,6 +13,9 @@
    splits the cost into the marginal cost of a charged epoch and the fixed cost of a run.
 2. HMC full-batch gradient evaluations per second with 1 chain and with 8 vectorised chains
    (per chain, so the vectorisation gain is the ratio of the two).
+
+``--out`` keeps the tables (:func:`bench.scripts.keep`); docs/speed.md's are written from
+``benchmarks/results/speed/cost.json``.
 """
 
 from __future__ import annotations
@@ -105,7 +109,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", choices=list(MEASURED), default=list(MEASURED))
     parser.add_argument("--no-hmc", action="store_true", help="skip the HMC table")
     parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
+    scripts.out_option(parser)
     args = parser.parse_args()
+    started = time.monotonic()
     torch.manual_seed(0)
     rows, marginal_rows, fixed_rows, hmc_rows = [], [], [], []
     for name in args.tasks:
@@ -150,6 +156,8 @@ def main() -> None:
     if hmc_rows:
         print()
         print(tabulate(hmc_rows, headers="keys", floatfmt=".0f"))
+    scripts.keep(args.out, __file__, started, {"charged": rows, "marginal": marginal_rows, "fixed": fixed_rows,
+                                               "hmc": hmc_rows}, epochs=args.epochs, repeats=args.repeats)
 
 
 if __name__ == "__main__":

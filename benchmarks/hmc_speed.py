@@ -5,7 +5,7 @@
 
 Both sides run fixed-step HMC iterations: a fresh momentum, L = ``--steps`` leapfrog steps of one step size (the
 task's reference step size where it has one), a Metropolis test, over the task's whole training set, one thread
-each. Ours: :func:`reference.hmc.step` with each :class:`reference.hmc.Integrator` (chains vectorised or one by
+each. Ours: :func:`bench.hmc.step` with each :class:`bench.hmc.Integrator` (chains vectorised or one by
 one, eager or compiled). NumPyro: its ``HMC`` kernel (``adapt_step_size=False, adapt_mass_matrix=False``), the
 whole sampling loop compiled by XLA as ``MCMC(progress_bar=False)`` compiles it (a progress bar runs a slower
 host loop and would flatter us), several chains ``vmap``-ped as ``chain_method="vectorized"`` does. Each measurement times ``--iterations``
@@ -21,6 +21,7 @@ log posterior at the same dtype: where our time goes, and whether NumPyro's lead
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import statistics
 import sys
@@ -45,7 +46,7 @@ from bench import scripts
 from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.tasks import get_task  # noqa: E402
-from reference import hmc  # noqa: E402
+from bench import hmc  # noqa: E402
 from reference.generate import task_target  # noqa: E402
 from reference.store import load_reference  # noqa: E402
 
@@ -181,7 +182,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=positive_whole, default=5)
     parser.add_argument("--repeats", type=positive_whole, default=3)
     parser.add_argument("--profile", action="store_true", help="also profile our fastest way (see the docstring)")
+    scripts.out_option(parser)
     args = parser.parse_args()
+    started = time.monotonic()
     torch.set_num_threads(1)
     rows = []
     for task_name in args.tasks:
@@ -221,6 +224,8 @@ def main() -> None:
     print(f"\nfixed-step HMC, {args.steps} leapfrog steps per iteration, {args.iterations} iterations per "
           f"measurement, median (range) of {args.repeats} interleaved repeats, one thread")
     print(tabulate(rows, headers="keys"))
+    scripts.keep(args.out, __file__, started, {"rates": rows}, steps=args.steps, iterations=args.iterations,
+                 repeats=args.repeats, versions={name: importlib.metadata.version(name) for name in ("jax", "numpyro")})
 
 
 if __name__ == "__main__":

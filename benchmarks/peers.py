@@ -41,6 +41,7 @@ import argparse
 import dataclasses
 import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import math
 import statistics
@@ -559,6 +560,17 @@ def installed() -> set[str]:
     return present
 
 
+def present_versions() -> dict[str, str]:
+    """The installed version of torch and of each peer's distribution (those missing left out)."""
+    versions = {"torch": torch.__version__}
+    for distribution, _ in PEERS.values():
+        try:
+            versions[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
 def epochs_and_repeats(parser: argparse.ArgumentParser, args, full: dict) -> tuple[int, int]:
     """``--epochs`` and ``--repeats``, or their defaults (``full``, or :data:`QUICK` with ``--quick``); a parser
     error below :data:`QUICK`'s epochs (SWAG's low-rank part needs two snapshots: 4 epochs at swa_start 0.54)."""
@@ -579,7 +591,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=positive_whole, help=f"interleaved repeats (default {FULL['repeats']})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['epochs']} epochs, {QUICK['repeats']} repeat")
+    scripts.out_option(parser)
     args = parser.parse_args()
+    started = time.monotonic()
     epochs, repeats = epochs_and_repeats(parser, args, FULL)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # tensordict's, on importing posteriors
@@ -599,9 +613,12 @@ def main() -> None:
     by_pair = {}  # the ratios alone, a column per model
     for row in rows:
         by_pair.setdefault((row["ours"], row["peer"]), {})[row["model"]] = row["ours / peer"]
+    summary = [{"ours": method, "peer": peer, **{name: ratios.get(name, "") for name in args.models}}
+               for (method, peer), ratios in by_pair.items()]
     print("\nours / peer, median (range):")
-    print(tabulate([{"ours": method, "peer": peer, **{name: ratios.get(name, "") for name in args.models}}
-                    for (method, peer), ratios in by_pair.items()], headers="keys", tablefmt="github"))
+    print(tabulate(summary, headers="keys", tablefmt="github"))
+    scripts.keep(args.out, __file__, started, {"ratios": summary, "pairs": rows}, epochs=epochs, repeats=repeats,
+                 versions=present_versions())
 
 
 if __name__ == "__main__":

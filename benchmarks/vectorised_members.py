@@ -12,6 +12,7 @@ same model measured in the same run, and the speed-up is their ratio (the fastes
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -45,7 +46,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=positive_whole, default=20, help="epochs per member")
     parser.add_argument("--repeats", type=positive_whole, default=3)
     parser.add_argument("--methods", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    scripts.out_option(parser)
     args = parser.parse_args()
+    started = time.monotonic()
     rows = []
     for name in task_names():
         task = get_task(name)
@@ -72,6 +75,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; {args.epochs} epochs per member; "
           "plain SGD epoch at the method's batch size")
     print(tabulate(rows, headers="keys", floatfmt=".2f"))
+    scripts.keep(args.out, __file__, started, {"speed-up": rows}, epochs=args.epochs, repeats=args.repeats)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ from approximators import METHOD_NAME, METHODS, get_method, resolve_config
 from bench import executors, records
 from bench.budget import DEFAULT_MAX_EPOCHS, check_budget_size, check_planned_epochs
 from bench.errors import BenchError, DamagedFile, FailedElsewhere, cannot_write, shown
-from bench.records import SEED_LIMIT
+from bench.arguments import NUMBER, SEED_LIMIT
 from bench.runner import RunSpec, environment, numerics_changes, run
 from bench.tasks import DEFAULT_TASKS, all_task_names, get_task
 from leaderboard.ranking import STD_DDOF, higher_is_better, mean_std
@@ -192,7 +192,7 @@ def budget_options(texts: list[str] | None) -> dict[str, float]:
     budgets: dict[str, float] = {}
     for text in texts or []:
         method, _, epochs = text.rpartition("=")
-        if not records.NUMBER.fullmatch(epochs):
+        if not NUMBER.fullmatch(epochs):
             raise BenchError(f"--budget {text}: write EPOCHS (every method) or METHOD=EPOCHS, the epochs in digits")
         value = float(epochs)
         if method in budgets:

@@ -317,24 +317,13 @@ def check_scored_claims(result: dict, scored: dict[str, dict[str, float]], sourc
         check_claimed_metrics(claimed, scored[block], f"{source} metrics_by_block[{block!r}]")
 
 
-def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, verify: bool = False,
-              verify_method: str | None = None, isolate: bool = True, isolations=None) -> RunRow:
+def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None = None) -> RunRow:
     """Validates (:func:`checked_run`) and re-scores one run folder; returns the row to store (recomputed metrics
-    only). With ``verify``, the run is then re-executed under the meter (:func:`bench.verify.verify`, with
-    ``verify_method`` for a run of a ``package.module:ClassName`` method, ``isolate`` and ``isolations`` as it takes
-    them) and refused unless it reproduces."""
+    only), not verified (:func:`bench.verify.verified_row` re-executes it and marks it so)."""
     folder = Path(folder)
     check_submitter(submitter, notes)
     run = checked_run(folder, cache, needs="submitting (which re-scores the predictions)")
     result, task, reference, predictions = run.result, run.task, run.reference, run.predictions
-    how = None
-    if verify:
-        from bench.verify import verify as re_execute
-
-        verification = re_execute(folder, cache, verify_method, isolate, isolations)
-        if not verification.passed:
-            raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
-        how = verification.mode
     return RunRow(
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
@@ -344,7 +333,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
-        submitted_at=_now(), metrics=run.scored, verified=verify, verification=how,
+        submitted_at=_now(), metrics=run.scored, verified=False, verification=None,
         architecture_change=result.get("architecture_change"), label=result.get("label"))
 
 

@@ -19,7 +19,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from bench.api import FixedNoiseGaussian, make_task
+from bench.likelihoods import FixedNoiseGaussian
+from bench.tasks.custom import make_task
 
 D, NOISE, PRIOR_VARIANCE = 3, 0.5, 0.5
 WEIGHTS, BIAS = [1.0, -2.0, 0.5], 0.3

@@ -35,13 +35,13 @@ import torch
 from tqdm.auto import tqdm
 
 import bench
-from bench import metrics
+from bench import hmc, metrics
 from bench.errors import DamagedFile, cannot_write
 from bench.functional import ParameterLayout, StackedModel
 from bench.io import atomic_write_bytes, exclusive, open_regular_file
 from bench.likelihoods import Categorical
 from bench.tasks import PREDICTIVE_SAMPLES, Task
-from reference import diagnostics, evidence, hmc
+from reference import diagnostics, evidence
 from reference.settings import R_HAT_LIMIT, HMCSettings
 
 

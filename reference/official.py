@@ -20,7 +20,7 @@ from bench.errors import DamagedFile, ReferenceMismatch
 from bench.formats import FormatError, read_text_matrix
 from bench.tasks import PREDICTIVE_SAMPLES, Task
 from bench.tasks.competition import cached_sha256, fetch_hint, read_manifest, repair_hint
-from reference.store import Reference, checked_entry, read_array
+from reference.format import Reference, checked_entry, read_array
 
 OFFICIAL_CHECKSUMS_FILE = Path(__file__).parent / "official_checksums.json"
 

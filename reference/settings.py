@@ -17,7 +17,7 @@ class HMCSettings:
     ``n_burnin`` adapted iterations that are discarded and ``n_samples`` kept iterations (every
     ``thinning``-th of ``n_samples * thinning``). ``trajectory_length`` None means (pi/2) sqrt(v);
     ``jitter`` j draws each iteration's length uniformly from [(1 - j) tau, (1 + j) tau]
-    (:mod:`reference.hmc`). ``vectorise``: all chains in one pass, else chain by chain;
+    (:mod:`bench.hmc`). ``vectorise``: all chains in one pass, else chain by chain;
     ``compiled``: each leapfrog step one ``torch.compile``-d function. Those two change only round-off
     (and speed), but a reference reproduces bitwise only with the same choice, so they are settings too.
     """

@@ -11,7 +11,6 @@ metadata's figures from it; scoring never reads the evidence.
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,26 +19,12 @@ import numpy as np
 from bench.errors import ReferenceMismatch
 from bench.io import atomic_write_bytes, json_bytes, npz_bytes, read_json, sha256_file
 from bench.tasks import Task
+from reference.format import Reference, checked_entry, read_array
 
 PACKAGE_DATA = Path(__file__).parent / "data"
 EVIDENCE = Path(__file__).parent / "evidence"
 """The shipped references' evidence (:mod:`reference.evidence`): in the repository, not in the wheel."""
 REGISTRY = Path(__file__).parent / "registry.json"
-
-
-@dataclass(frozen=True)
-class Reference:
-    """``array`` is ``probs`` ``(N_test, C)`` or ``samples`` ``(N_test, S)``; ``sha256`` is the npz's."""
-
-    task: str
-    key: str
-    array: np.ndarray
-    metadata: dict
-    sha256: str
-
-    @property
-    def noise_floor(self) -> dict:
-        return self.metadata["noise_floor"]
 
 
 def read_registry(path: Path | None = None) -> dict:
@@ -123,40 +108,6 @@ def load_reference(task: Task, folder: Path | None = None, registry_path: Path |
             f"reference was generated for (v{entry.get('version', '?')}); {regenerate}")
     key, array = read_array(npz_path, regenerate)
     return Reference(task.name, key, array, metadata, entry["npz_sha256"])
-
-
-def checked_entry(entry, fields: tuple[str, ...], where: str, advice: str) -> dict:
-    """``entry`` (a registry's or a manifest's record) if it is a dict holding every field of ``fields`` as text,
-    else one :class:`ReferenceMismatch` line naming what is missing."""
-    missing = [name for name in fields if not isinstance(entry, dict) or not isinstance(entry.get(name), str)]
-    if missing:
-        raise ReferenceMismatch(f"reference damaged: {where} lacks {', '.join(missing)}; {advice}")
-    return entry
-
-
-def read_array(path: Path, advice: str) -> tuple[str, np.ndarray]:
-    """The one finite floating-point array of a reference ``.npz`` (or ``.npy``) and its key; anything else (a
-    truncated or pickled file, several arrays, integers, NaN) is one :class:`ReferenceMismatch` line."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.ndarray):  # a .npy file
-            key, array = "array", loaded
-        else:
-            with loaded:
-                if len(loaded.files) != 1:
-                    raise ReferenceMismatch(f"reference damaged: {path} holds {len(loaded.files)} arrays, not one; "
-                                            f"{advice}")
-                key = loaded.files[0]
-                array = loaded[key]
-    except ReferenceMismatch:
-        raise
-    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as error:
-        raise ReferenceMismatch(f"reference damaged: {path} cannot be read as an array ({type(error).__name__}: "
-                                f"{' '.join(str(error).split())[:200]}); {advice}") from None
-    if array.dtype.kind != "f" or array.ndim != 2 or not np.isfinite(array).all():
-        raise ReferenceMismatch(f"reference damaged: {path} holds a {array.dtype} array of shape {array.shape}, "
-                                f"not finite floats (test points x columns); {advice}")
-    return key, array
 
 
 @dataclass(frozen=True)

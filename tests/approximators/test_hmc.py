@@ -10,7 +10,7 @@ import torch
 from approximators.hmc import BudgetedHMC, EvenlyKept, unmoved_chains
 from bench.errors import SamplerStuck
 from bench.honesty import probe
-from reference import hmc as sampler
+from bench import hmc as sampler
 
 
 @pytest.mark.parametrize("overrides", [{}, {"vectorise": "false", "chains": "3"}, {"chains": "2", "jitter": "0"},

@@ -24,3 +24,25 @@ def test_a_block_is_rewritten_between_its_markers_and_nothing_else(tmp_path, mon
     assert docblocks.rewritten(text, path) == text.replace("| stale |", "| fresh |")
     with pytest.raises(BenchError, match="no generator writes the block 'other'"):
         docblocks.rewritten(text.replace("demo", "other"), path)
+
+
+def test_a_kept_measurement_is_rendered_with_its_command_machine_and_columns_in_order(tmp_path, monkeypatch):
+    from bench import scripts
+
+    monkeypatch.setattr("sys.argv", ["cost.py", "--epochs", "50"])
+    path = tmp_path / "cost.json"
+    scripts.keep(path, "benchmarks/cost.py", 0.0, {"charged": [{"task": "toy-gap", "sgd": 1.234, "de": 0.5},
+                                                               {"task": "digits", "sgd": 2.0}]}, epochs=50)
+    monkeypatch.setattr(docblocks, "MEASUREMENTS", tmp_path)
+    monkeypatch.setattr(docblocks, "ROOT", tmp_path)
+    text = docblocks.measured_table("cost", "charged", ".2f")
+    heading, _, table = text.partition("\n\n")
+    assert heading.startswith("`python benchmarks/cost.py --epochs 50`: ") and "thread(s)" in heading
+    lines = table.splitlines()
+    assert [cell.strip() for cell in lines[0].strip("|").split("|")] == ["task", "sgd", "de"]
+    assert [cell.strip() for cell in lines[2].strip("|").split("|")] == ["toy-gap", "1.23", "0.50"]
+    assert [cell.strip() for cell in lines[3].strip("|").split("|")] == ["digits", "2.00", ""]
+    with pytest.raises(BenchError, match="no table 'marginal'; it holds charged"):
+        docblocks.measured_table("cost", "marginal", ".2f")
+    with pytest.raises(BenchError, match="kept measurement"):
+        docblocks.measured_table("peers", "ratios", ".2f")

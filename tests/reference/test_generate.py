@@ -19,7 +19,7 @@ from bench.tasks import Task, get_task
 from bench.tasks import TestBlock as Block
 from bench.tasks.embedded import mlp
 from reference import generate as generation
-from reference import hmc
+from bench import hmc
 from reference.settings import HMCSettings
 
 TIMINGS = ("wall_seconds", "compute_seconds", "workers")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from approximators import METHOD_NAME, METHODS, resolve_config
 from approximators.base import recorded_config
 from bench import records
+from bench.arguments import SEED_LIMIT
 from bench.budget import MAX_BUDGET_EPOCHS
 from bench.errors import EXIT_BAD_INPUT, BenchError
 from bench.verify import VerificationError, _recorded
@@ -96,7 +97,7 @@ def _apply(record: dict, edit: dict) -> dict:
 def _holds_nothing_that_fails_later(result: dict) -> None:
     """What an accepted record promises the code that uses it."""
     assert 0 < result["budget"] <= MAX_BUDGET_EPOCHS and math.isfinite(float(result["budget"]))
-    assert 0 < result["epochs_used"] <= result["budget"] and 0 <= result["seed"] < records.SEED_LIMIT
+    assert 0 < result["epochs_used"] <= result["budget"] and 0 <= result["seed"] < SEED_LIMIT
     assert METHOD_NAME.fullmatch(result["method"])
     json.dumps(result["config"], allow_nan=False)
     environment = result.get("environment")

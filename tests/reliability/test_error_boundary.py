@@ -192,10 +192,10 @@ def test_any_failure_after_an_interrupt_arrived_is_the_interrupt(monkeypatch, ru
     """Case 32: Ctrl-C while NumPy imports (lazily, inside the command) leaves it half-imported; the command then fails
     in NumPy's way (exit 70, or a traceback with --debug). Once the interrupt arrived, any failure is reported as the
     interrupt; the next command in the same process starts without it."""
-    from bench import entry
+    from bench import interrupts
 
     def interrupted_then_failing(args):
-        entry._interrupted = True  # what the SIGINT handler records when Ctrl-C arrives
+        interrupts._interrupted = True  # what the SIGINT handler records when Ctrl-C arrives
         raise error
 
     _patch_handler(monkeypatch, error)

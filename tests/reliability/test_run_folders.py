@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import records
+from bench.budget import budget_label
 from bench.errors import EXIT_BAD_INPUT
 from tests.reliability.test_error_boundary import assert_one_line
 
@@ -34,7 +35,7 @@ def test_budgets_that_differ_at_all_have_their_own_folders(tmp_path, run_cli, fi
 @pytest.mark.parametrize("budget, label", [(2.0, "2"), (1e6, "1000000"), (2.0000001, "2.0000001"),
                                            (1e-05, "1e-05"), (0.1 + 0.2, "0.30000000000000004")])
 def test_the_folder_name_gives_the_budget_back_exactly(budget, label):
-    assert records.budget_label(budget) == label and float(label) == budget
+    assert budget_label(budget) == label and float(label) == budget
 
 
 @pytest.mark.parametrize("setting, shown", [("lr=0.02", "lr: 0.01 there, 0.02 here"),

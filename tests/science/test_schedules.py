@@ -20,7 +20,7 @@ from approximators.updates import NoiseStream
 from bench.api import fit, make_task, seeded_module
 from bench.budget import BudgetMeter, MeteredData
 from bench.tasks import get_task
-from reference import hmc
+from bench import hmc
 
 N_TRAIN = 80  # toy-gap
 
