@@ -47,7 +47,7 @@ products of the "pseudo-gradients" J_i^T L_i[:, c], one per output c.
 **Deviation** from laplace-torch: the default is ``sampling``, not ``probit``, by the project's protocol for
 defaults (held-out NLL of a seeded 10% of the training rows at budget 100, seeds 0-2, never the reference:
 ``python benchmarks/tune_trajectory.py laplace``), which favours ``sampling`` on all five embedded tasks
-(docs/methods.md). For a last-layer posterior ``sampling`` is the linearised predictive's exact integral up to
+(docs/notebook/methods.md). For a last-layer posterior ``sampling`` is the linearised predictive's exact integral up to
 Monte Carlo error; the probit approximation, which shrinks each logit by its own variance and ignores their
 covariance, is what loses. With the features computed once, ``sampling`` costs little more than ``probit``.
 

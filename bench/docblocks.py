@@ -73,21 +73,21 @@ def _gate_calibration() -> str:
             f"{calibration_table(kept['sets'])}\n")
 
 
-MEASUREMENTS = ROOT / "benchmarks" / "results" / "speed"
-"""What the speed scripts kept with ``--out`` (:func:`bench.scripts.keep`), one JSON file each."""
+MEASUREMENTS = ROOT / "benchmarks" / "results"
+"""Where the measuring scripts' kept results lie (``--out``, :func:`bench.scripts.keep`), one JSON file each."""
 
 MEASURED_TABLES = {
-    "speed-cost": ("cost", "charged", ".2f"),
-    "speed-cost-marginal": ("cost", "marginal", ".2f"),
-    "speed-cost-fixed": ("cost", "fixed", ".1f"),
-    "speed-hmc-rates": ("cost", "hmc", ".0f"),
-    "speed-vectorised-members": ("vectorised-members", "speed-up", ".2f"),
-    "speed-competition": ("competition-cost", "charged", ".2f"),
-    "speed-competition-marginal": ("competition-marginal", "charged", ".2f"),
-    "speed-peers": ("peers", "ratios", ".2f"),
-    "speed-hmc-numpyro": ("hmc-speed", "rates", ".2f"),
+    "speed-cost": ("speed/cost", "charged", ".2f"),
+    "speed-cost-marginal": ("speed/cost", "marginal", ".2f"),
+    "speed-cost-fixed": ("speed/cost", "fixed", ".1f"),
+    "speed-hmc-rates": ("speed/cost", "hmc", ".0f"),
+    "speed-vectorised-members": ("speed/vectorised-members", "speed-up", ".2f"),
+    "speed-competition": ("speed/competition-cost", "charged", ".2f"),
+    "speed-competition-marginal": ("speed/competition-marginal", "charged", ".2f"),
+    "speed-peers": ("speed/peers", "ratios", ".2f"),
+    "speed-hmc-numpyro": ("speed/hmc-speed", "rates", ".2f"),
 }
-"""Block name -> (the file's name in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written)."""
+"""Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written)."""
 
 
 def measured_table(stem: str, table: str, floatfmt: str) -> str:
@@ -110,6 +110,15 @@ def measured_table(stem: str, table: str, floatfmt: str) -> str:
             f"{tabulate(rows, headers=columns, tablefmt='github', floatfmt=floatfmt, missingval='')}\n")
 
 
+def honesty_probes() -> str:
+    """The honesty probe's kept table (``benchmarks/results/honesty.json``), and how many probes were dishonest."""
+    from bench.io import read_json
+
+    table = measured_table("honesty", "probes", "g")  # one line if the file is missing
+    kept = read_json(MEASUREMENTS / "honesty.json", "a kept measurement", "run the command docs/honesty.md names")
+    return f"{table}\n{kept['probes']} probes, {kept['dishonest']} dishonest.\n"
+
+
 OFFICIAL_TRAIN_ROWS = {"cifar10": 50_000, "cifar10c": 50_000, "imdb": 25_000}
 """Training rows of the competition tasks whose training set has one official size (CIFAR-10's and IMDB's training
 sets; ``cifar10c`` trains on CIFAR-10's), to scale a measured epoch to a whole run."""
@@ -130,7 +139,7 @@ def competition_run_time() -> str:
 
     from bench.io import read_json
 
-    path = MEASUREMENTS / "competition-cost.json"
+    path = MEASUREMENTS / "speed" / "competition-cost.json"
     kept = read_json(path, "a kept measurement", "run `python benchmarks/competition_cost.py --rows 512 --out "
                                                  "benchmarks/results/speed/competition-cost.json`")
     table = kept["tables"]["charged"]
@@ -162,6 +171,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "reference-floor-parts": _floor_parts_table,
     "nuts-crosschecks": _nuts_table,
     "competition-run-time": competition_run_time,
+    "honesty-probes": honesty_probes,
     **{name: (lambda stem=stem, table=table, floatfmt=floatfmt: measured_table(stem, table, floatfmt))
        for name, (stem, table, floatfmt) in MEASURED_TABLES.items()},
 }

@@ -26,6 +26,7 @@ from bench.arguments import positive_whole
 from bench.docblocks import calibration_table
 from bench.errors import BenchError
 from bench.io import atomic_write_bytes, json_bytes
+from bench.runner import environment
 from leaderboard import gate
 
 
@@ -52,7 +53,7 @@ def main() -> None:
     if args.out is not None:
         result = {"command": shlex.join(["python", "benchmarks/gate_calibration.py", *sys.argv[1:]]),
                   "baseline_sha256": hashlib.sha256(args.baseline.read_bytes()).hexdigest(),
-                  "cpu": gate.environment()["cpu"], "date": dt.date.today().isoformat(), "workers": args.workers,
+                  "cpu": environment()["cpu"], "date": dt.date.today().isoformat(), "workers": args.workers,
                   "minutes": round((time.monotonic() - started) / 60, 1), "sets": rows}
         atomic_write_bytes(args.out, json_bytes(result))
         print(f"wrote {args.out}")

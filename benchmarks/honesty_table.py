@@ -1,14 +1,17 @@
 """The honesty probe for every method on every embedded task: rows through the network against rows charged.
 
     python benchmarks/honesty_table.py [--methods sgd de ...] [--tasks ...] [--settings] [--train-rows N]
+                                       [--out FILE.json]
 
 Each method runs at its ``check_budget`` with its default settings, seed 0 (see ``bench/honesty.py``); with
 ``--settings``, also over :func:`bench.honesty.setting_grid` (every count, flag and choice of the method moved
-alone, then every real-valued setting at once), at 4 or 20 times the check budget where a setting needs more.
+alone, then every real-valued setting at once), at 4 or 20 times the check budget where a setting needs more. ``--out`` keeps the table
+(:func:`bench.scripts.keep`); docs/honesty.md's is written from ``benchmarks/results/honesty.json``.
 """
 
 from __future__ import annotations
 
+import time
 
 import torch
 from tabulate import tabulate
@@ -27,7 +30,9 @@ def main() -> None:
     parser.add_argument("--settings", action="store_true", help="also probe the grid of non-default settings")
     parser.add_argument("--train-rows", type=positive_whole, help="only the first rows of each training set (faster)")
     parser.add_argument("--threads", type=positive_whole, default=1)
+    scripts.out_option(parser)
     args = parser.parse_args()
+    started = time.monotonic()
     torch.set_num_threads(args.threads)
     rows = []
     for method in args.methods:
@@ -47,6 +52,7 @@ def main() -> None:
     print(tabulate(rows, headers="keys", tablefmt="github"))
     dishonest = sum(row["honest"] == "NO" for row in rows)
     print(f"\n{len(rows)} probes, {dishonest} dishonest")
+    scripts.keep(args.out, __file__, started, {"probes": rows}, probes=len(rows), dishonest=dishonest)
 
 
 if __name__ == "__main__":

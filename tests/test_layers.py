@@ -54,3 +54,22 @@ def test_the_hmc_kernels_old_name_still_imports_with_a_deprecation_warning():
         old = importlib.import_module("reference.hmc")
     assert old is importlib.import_module("bench.hmc")
     assert [w.category for w in caught] == [DeprecationWarning] and "bench.hmc" in str(caught[0].message)
+
+
+def test_every_name_users_are_told_to_import_still_imports():
+    """What docs/writing-a-method.md and the example method import from bdl-bench, and the public API's ``__all__``,
+    survive any move between layers."""
+    import re
+
+    texts = [(ROOT / "docs" / "writing-a-method.md").read_text(),
+             *(path.read_text() for path in sorted((ROOT / "examples").rglob("*.py")))]
+    imported = {(module, name.strip()) for text in texts
+                for module, names in re.findall(r"^\s*from ((?:bench|approximators|reference|leaderboard)[\w.]*) "
+                                                r"import \(?([\w,\s]+?)\)?$", text, re.MULTILINE)
+                for name in names.split(",") if name.strip()}
+    api = importlib.import_module("bench.api")
+    imported |= {("bench.api", name) for name in api.__all__}
+    assert {("bench.api", "make_task"), ("bench.api", "ParameterLayout")} <= imported
+    missing = [f"{module}.{name}" for module, name in sorted(imported)
+               if not hasattr(importlib.import_module(module), name)]
+    assert missing == []

@@ -244,15 +244,15 @@ def test_every_shown_setting_follows_one_rule(run_cli):
     import dataclasses
 
     from approximators import METHODS, resolve_config
-    from bench.cli import _shown_setting
+    from bench.commands.common import shown_setting
     from bench.tasks import task_names
 
-    assert (_shown_setting(161 / 300), _shown_setting(2.111e-06), _shown_setting(0.9997), _shown_setting(1 / 30),
-            _shown_setting(1000.0), _shown_setting(64), _shown_setting(True)) == \
+    assert (shown_setting(161 / 300), shown_setting(2.111e-06), shown_setting(0.9997), shown_setting(1 / 30),
+            shown_setting(1000.0), shown_setting(64), shown_setting(True)) == \
         ("~0.5367", "2.111e-06", "0.9997", "~0.03333", "1000", "64", "True")
     configs = [(method, resolve_config(cls, task)) for method, cls in METHODS.items() for task in task_names()]
     rounded = {(method, field.name) for method, config in configs for field in dataclasses.fields(config)
-               if _shown_setting(getattr(config, field.name)).startswith("~")}
+               if shown_setting(getattr(config, field.name)).startswith("~")}
     assert rounded == {("swag", "swa_start"), ("swag-diag", "swa_start"), ("multiswag", "swa_start")}
     code, out, _ = run_cli("tasks")
     assert code == 0 and "~0.03333" in out  # diabetes-gap's prior variance 1/30, shown by the same rule

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from reference import diagnostics, hmc
+from bench import hmc
+from reference import diagnostics
 
 
 

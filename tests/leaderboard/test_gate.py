@@ -16,8 +16,10 @@ import pytest
 from approximators.map import MAP_DEFAULTS
 from bench.budget import MeteredData
 from bench.errors import BenchError
+from bench.runner import environment
 from bench.tasks import DEFAULT_TASKS, EMBEDDED
 from leaderboard import gate
+from leaderboard.ranking import STD_DDOF
 from tests.reliability.test_error_boundary import assert_one_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +30,7 @@ SUBSET = ("--method", "de", "--task", "toy-gap")
 
 def _same_environment() -> bool:
     """Whether the gate compares exactly here: what decides round-off is the committed baseline's."""
-    return not gate._numerics_changes(json.loads(BASELINE.read_text()))
+    return not gate.statistics.numerics_changes_since(json.loads(BASELINE.read_text()))
 
 
 def test_committed_baseline_records_every_seed_the_budget_and_the_environment():
@@ -113,18 +115,18 @@ def test_statistical_tolerance_is_the_bonferroni_t_bound():
 
 def test_standard_error_is_of_the_difference_of_means_with_floors():
     stats = {"std": 0.03, "floor": 0.01}
-    assert gate._standard_error(stats, 0.04, 10, 10) == pytest.approx((0.03**2 + 0.04**2) ** 0.5 / 10**0.5)
-    assert gate._standard_error({"std": 0.0, "floor": 0.01}, 0.0, 4, 4) == pytest.approx((2 * 0.01**2 / 4) ** 0.5)
+    assert gate.standard_error(stats, 0.04, 10, 10) == pytest.approx((0.03**2 + 0.04**2) ** 0.5 / 10**0.5)
+    assert gate.standard_error({"std": 0.0, "floor": 0.01}, 0.0, 4, 4) == pytest.approx((2 * 0.01**2 / 4) ** 0.5)
     # fewer seeds now: the pooled variance, weighted by degrees of freedom, over 1/10 + 1/2
     pooled = (9 * 0.03**2 + 1 * 0.04**2) / 10
-    assert gate._standard_error(stats, 0.04, 10, 2) == pytest.approx((pooled * (1 / 10 + 1 / 2)) ** 0.5)
+    assert gate.standard_error(stats, 0.04, 10, 2) == pytest.approx((pooled * (1 / 10 + 1 / 2)) ** 0.5)
     # one seed now has no spread of its own: the baseline's alone, over 1/10 + 1
-    assert gate._standard_error(stats, None, 10, 1) == pytest.approx((0.03**2 * (1 / 10 + 1)) ** 0.5)
+    assert gate.standard_error(stats, None, 10, 1) == pytest.approx((0.03**2 * (1 / 10 + 1)) ** 0.5)
 
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> dict:
-    return gate.environment()
+    return environment()
 
 
 def _comparison(baseline_values: dict[str, list[float]], now_values: dict[str, list[float]], floor: float = 1e-12):
@@ -134,7 +136,7 @@ def _comparison(baseline_values: dict[str, list[float]], now_values: dict[str, l
 
     n_baseline, n_now = len(next(iter(baseline_values.values()))), len(next(iter(now_values.values())))
     results = {block: {"w1": {"values": values, "mean": float(np.mean(values)),
-                              "std": float(np.std(values, ddof=gate.STD_DDOF)), "floor": floor}}
+                              "std": float(np.std(values, ddof=STD_DDOF)), "floor": floor}}
                for block, values in baseline_values.items()}
     baseline = {"configuration": {"seeds": list(range(n_baseline))}, "environment": _environment(),
                 "runs": {"m": {"t": {name: [1.0] * n_baseline for name in gate.BUDGET_FIELDS}}},
@@ -333,8 +335,8 @@ def test_a_partial_update_extends_the_baseline_and_refuses_to_mix_seeds_or_envir
     code, _, err = run_cli("check", "--update", "--baseline", path, "--seeds", "3", "--method", "sgd", "--task",
                            "toy-gap")
     assert code == 2 and "2 seeds" in err and len(err.strip().splitlines()) == 1
-    real = gate.environment()
-    monkeypatch.setattr(gate, "environment", lambda: {**real, "torch": "0.0"})
+    real = environment()
+    monkeypatch.setattr(gate.statistics, "environment", lambda: {**real, "torch": "0.0"})
     code, _, err = run_cli(*first, "--method", "sgd")
     assert code == 2 and "another environment (torch differ)" in err and len(err.strip().splitlines()) == 1
     assert json.loads(path.read_text())["results"]["sgd"] == sgd_before  # a refused update writes nothing
@@ -482,7 +484,7 @@ def test_a_bad_update_of_a_user_baseline_is_one_line_before_any_run(tmp_path, ru
     def no_run(spec):
         raise AssertionError(f"{spec.method} ran before the update's options were checked")
 
-    monkeypatch.setattr(gate, "run", no_run)
+    monkeypatch.setattr(gate.runs, "run", no_run)
     code, _, err = _update(run_cli, tmp_path / "mine.json", *options)
     assert_one_line(code, err, 2, message)
     assert not (tmp_path / "mine.json").exists()
@@ -533,7 +535,7 @@ def test_an_edited_baseline_budget_is_range_checked(tmp_path, run_cli):
 
 def test_an_update_into_a_path_that_cannot_be_written_measures_nothing(tmp_path, run_cli, monkeypatch):
     measured = []
-    monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
+    monkeypatch.setattr(gate.runs, "measure", lambda *args, **kwargs: measured.append(args) or {})
     for target in (tmp_path / "missing" / "baseline.json", tmp_path / "file.txt" / "baseline.json"):
         (tmp_path / "file.txt").write_text("not a folder")
         code, _, err = run_cli("check", "--update", "--baseline", target, "--method", "sgd", "--task", "toy-gap")

@@ -48,7 +48,7 @@ def nothing_trains(monkeypatch):
     """Fails the test if the check gets as far as measuring."""
     def measure(*_args, **_kwargs):
         raise AssertionError("the check measured a baseline it should have refused")
-    monkeypatch.setattr(gate, "measure", measure)
+    monkeypatch.setattr(gate.runs, "measure", measure)
 
 
 def _set(baseline: dict, path: tuple, value) -> dict:
@@ -183,8 +183,8 @@ def test_a_check_plans_every_method_and_task_it_reruns(tmp_path, run_cli, nothin
 def test_an_update_within_max_epochs_measures(tmp_path, run_cli, monkeypatch):
     """--max-epochs raises the bound for --update as for a check: the same update is then measured."""
     measured = []
-    monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
-    monkeypatch.setattr(gate, "summarise", lambda _measured: ({}, {}))
+    monkeypatch.setattr(gate.runs, "measure", lambda *args, **kwargs: measured.append(args) or {})
+    monkeypatch.setattr(gate.runs, "summarise", lambda _measured: ({}, {}))
     code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method", "sgd", "--task",
                            "toy-gap", "--budget", "2", "--seeds", "60000", "--max-epochs", "120000")
     assert measured and measured[0][1] == list(range(60000)), err

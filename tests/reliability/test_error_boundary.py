@@ -36,7 +36,7 @@ def _patch_handler(monkeypatch, error):
         built.set_defaults(command="methods")
         return built
     monkeypatch.setattr(cli, "build_parser", parser)
-    monkeypatch.setattr(cli, "_cmd_methods", _raising(error))
+    monkeypatch.setattr("bench.commands.methods.command", _raising(error))
 
 
 @pytest.mark.parametrize("error, expected_code, fragment", [
@@ -178,8 +178,8 @@ def test_an_interrupt_while_starting_is_one_line_and_exit_130():
 def test_an_interrupt_s_line_says_what_the_interrupted_command_left(monkeypatch, run_cli, argv, fragment):
     """Case 34: Ctrl-C during submit, leaderboard, fetch, export or check --update said "finished runs are
     complete", a line about runs."""
-    handler = "_cmd_" + argv[0].replace("export-submission", "export")
-    monkeypatch.setattr(cli, handler, _raising(KeyboardInterrupt()))
+    handler = f"bench.commands.{argv[0].replace('-', '_')}.command"
+    monkeypatch.setattr(handler, _raising(KeyboardInterrupt()))
     code, _, err = run_cli(*argv)
     assert_one_line(code, err, EXIT_INTERRUPTED, "interrupted")
     assert (fragment in err) if fragment else err == "error: interrupted\n"
@@ -199,11 +199,11 @@ def test_any_failure_after_an_interrupt_arrived_is_the_interrupt(monkeypatch, ru
         raise error
 
     _patch_handler(monkeypatch, error)
-    monkeypatch.setattr(cli, "_cmd_methods", interrupted_then_failing)
+    monkeypatch.setattr("bench.commands.methods.command", interrupted_then_failing)
     for argv in (["methods"], ["methods", "--debug"]):
         code, _, err = run_cli(*argv)
         assert_one_line(code, err, EXIT_INTERRUPTED, "interrupted")
-    monkeypatch.setattr(cli, "_cmd_methods", lambda args: 0)
+    monkeypatch.setattr("bench.commands.methods.command", lambda args: 0)
     assert run_cli("methods") == (0, "", ""), "an earlier command's interrupt is not this one's"
 
 

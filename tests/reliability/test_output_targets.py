@@ -82,7 +82,7 @@ def test_export_onto_a_special_file_is_one_line_before_any_run_is_read(tmp_path,
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_baseline_update_onto_a_special_file_measures_nothing(run_cli, monkeypatch, kind):
     measured = []
-    monkeypatch.setattr(gate, "measure", lambda *args, **kwargs: measured.append(args) or {})
+    monkeypatch.setattr(gate.runs, "measure", lambda *args, **kwargs: measured.append(args) or {})
     with target(kind) as path:
         code, _, err = run_cli("check", "--update", "--baseline", path, "--method", "sgd", "--task", "toy-gap")
         assert_one_line(code, err, EXIT_BAD_INPUT, f"{path}: the baseline would replace")

@@ -93,9 +93,9 @@ def test_a_method_s_texts_in_the_methods_table_are_neutralised(tmp_path, run_cli
     assert code == 0, err
     assert _printable_lines(out)
     assert "\\x1b[2J" in out and "\\u202e" in out and "characters in all" in out
-    from bench.cli import _cell
+    from bench.commands.common import cell
 
-    assert _cell("paper\nsecond line") == "paper\\nsecond line", "a line break cannot split a row"
+    assert cell("paper\nsecond line") == "paper\\nsecond line", "a line break cannot split a row"
     assert len(plain.splitlines()) < len(out.splitlines()) < len(plain.splitlines()) + 250, "wrapped, bounded"
 
 

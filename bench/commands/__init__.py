@@ -1,0 +1,32 @@
+"""The commands of ``python -m bench``, one module each with its ``command(args) -> int``, imported by
+:mod:`bench.cli`'s dispatch only when its command runs; what several commands share is in
+:mod:`bench.commands.common`, and here what the boundary in :mod:`bench.cli` shares with them (the threads' default,
+the line an interrupted command ends with)."""
+
+from bench import interrupts
+
+DEFAULT_THREADS = 1
+"""torch's threads in every command that trains, whatever OMP_NUM_THREADS says: on small models more threads spin
+rather than help, many times slower on a busy machine."""
+
+
+INTERRUPTED = {
+    "run": "finished runs are complete, the interrupted one was not written",
+    "sweep": "finished runs are complete and unfinished ones were not written; run the same command again to resume",
+    "submit": "a submission is stored whole or not at all: the leaderboard holds every run of it or none",
+    "leaderboard": "the database was only read, and --output is written whole or not at all",
+    "fetch": "the task's cached data is as it was (a fetch puts it in place only once complete); run the same "
+             "command again and the downloads continue where they stopped",
+    "export-submission": "the zip is written whole or not at all",
+    "check": "nothing was written (--update writes the baseline only once every measurement is done)",
+    "verify": "verify changes no run; nothing was written",
+    "reference": "no reference was written",
+}
+"""What an interrupted command left, by command (``tasks`` and ``methods`` only read: nothing to say)."""
+
+
+def interrupted_line(command: str | None) -> str:
+    """The one line of a command interrupted by Ctrl-C or terminated by SIGTERM."""
+    left = INTERRUPTED.get(command)
+    return f"error: {interrupts.stopped()}" \
+        + (f"; {left}" if left else "")

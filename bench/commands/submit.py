@@ -1,0 +1,45 @@
+"""``submit``: re-score runs (or a competition zip), re-executed first with ``--verify``, onto the leaderboard."""
+
+from __future__ import annotations
+
+from bench.budget import check_planned_epochs
+from bench.commands import DEFAULT_THREADS
+from bench.commands.common import claimed_epochs, store_rows, submitter
+from bench.errors import BenchError
+
+
+def command(args) -> int:
+    from bench.executors import Isolations
+    from bench.verify import verified_row
+    from leaderboard import submission
+
+    name = submitter(args.name)
+    if args.verify:
+        from leaderboard.submission import run_folders
+
+        folders = run_folders([p for p in args.paths if p.suffix != ".zip"])
+        check_planned_epochs(claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
+    rows = []
+    # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders.
+    with Isolations(args.threads or DEFAULT_THREADS) as isolations:
+        for path in args.paths:  # everything is validated, scored and verified before the store is touched
+            if path.suffix == ".zip":
+                if args.method is None or args.budget is None:
+                    raise BenchError(f"{path}: a competition zip needs --method and --budget (the declared budget)")
+                if args.verify:
+                    raise BenchError(f"{path}: a competition zip holds predictions only and cannot be re-executed; "
+                                     "submit run folders to --verify")
+                rows += submission.score_competition_zip(path, args.method, args.budget, args.seed, name, args.notes,
+                                                         cache=args.cache, label=args.label)
+            else:
+                if args.label is not None:
+                    raise BenchError(f"{path}: --label names a competition zip's configuration; a run folder carries "
+                                     "the label it was run with (`python -m bench run --label`)")
+                if args.method is not None and not args.verify:
+                    raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code "
+                                     "that re-executes a run folder; a run folder records its own method")
+                rows += [verified_row(folder, name, args.notes, args.cache, args.method, not args.debug, isolations)
+                         if args.verify else submission.score_run(folder, name, args.notes, args.cache)
+                         for folder in submission.run_folders([path])]
+    store_rows(rows, args.db)
+    return 0
