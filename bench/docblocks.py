@@ -34,6 +34,12 @@ def _floor_parts_table() -> str:
     return floor_parts_table()
 
 
+def _architectures_table() -> str:
+    from reference.tables import architectures_table
+
+    return architectures_table()
+
+
 def _nuts_table() -> str:
     from reference.tables import nuts_table
 
@@ -80,17 +86,18 @@ MEASURED_TABLES = {
     "speed-cost": ("speed/cost", "charged", ".2f"),
     "speed-cost-marginal": ("speed/cost", "marginal", ".2f"),
     "speed-cost-fixed": ("speed/cost", "fixed", ".1f"),
-    "speed-hmc-rates": ("speed/cost", "hmc", ".0f"),
+    "speed-hmc-rates": ("speed/cost", "hmc", ("", ".0f", ".0f", ".2f")),
     "speed-vectorised-members": ("speed/vectorised-members", "speed-up", ".2f"),
     "speed-competition": ("speed/competition-cost", "charged", ".2f"),
     "speed-competition-marginal": ("speed/competition-marginal", "charged", ".2f"),
     "speed-peers": ("speed/peers", "ratios", ".2f"),
     "speed-hmc-numpyro": ("speed/hmc-speed", "rates", ".2f"),
 }
-"""Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written)."""
+"""Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written:
+one format for all, or one per column)."""
 
 
-def measured_table(stem: str, table: str, floatfmt: str) -> str:
+def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> str:
     """One kept table, headed by the command that measured it and where and when it ran."""
     from tabulate import tabulate
 
@@ -170,6 +177,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "reference-diagnostics": _reference_table,
     "reference-floor-parts": _floor_parts_table,
     "nuts-crosschecks": _nuts_table,
+    "reference-architectures": _architectures_table,
     "competition-run-time": competition_run_time,
     "honesty-probes": honesty_probes,
     **{name: (lambda stem=stem, table=table, floatfmt=floatfmt: measured_table(stem, table, floatfmt))

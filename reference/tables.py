@@ -95,3 +95,36 @@ def nuts_table(folder: Path) -> str:
                          f"{row['expected_if_equal']:.4f} | {row['ratio']:.2f} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+DIGITS_TASKS = ("digits", "digits-cnn", "digits-lstm")
+"""The three tasks that share data, test blocks and prior, so that their references differ by the architecture."""
+
+
+def architectures_table() -> str:
+    """The total variation between each two of the digits tasks' references, per test block, beside each reference's
+    own noise floor there, and each reference's accuracy on each block: what the architecture alone changes."""
+    import itertools
+
+    from bench.metrics import accuracy, total_variation
+
+    tasks = {name: get_task(name) for name in DIGITS_TASKS}
+    references = {name: load_reference(task) for name, task in tasks.items()}
+    blocks = tasks["digits"].test_blocks
+    heads = " | ".join(block.name for block in blocks)
+    lines = [f"| total variation between the references | {heads} |", "|---" * (len(blocks) + 1) + "|"]
+    for a, b in itertools.combinations(DIGITS_TASKS, 2):
+        on = [slice(block.start, block.stop) for block in blocks]
+        cells = " | ".join(f"{total_variation(references[a].array[rows], references[b].array[rows]):.3f}" for rows in on)
+        lines.append(f"| `{a}` and `{b}` | {cells} |")
+    for name in DIGITS_TASKS:
+        floor = references[name].noise_floor
+        lines.append(f"| noise floor of `{name}` | "
+                     + " | ".join(f"{floor[block.name]['total_variation']:.4f}" for block in blocks) + " |")
+    lines += ["", f"| accuracy of the reference's predictive | {heads} |", "|---" * (len(blocks) + 1) + "|"]
+    for name, task in tasks.items():
+        labels = task.y_test.numpy()
+        lines.append(f"| `{name}` | " + " | ".join(
+            f"{accuracy(references[name].array[block.start:block.stop], labels[block.start:block.stop]):.3f}"
+            for block in blocks) + " |")
+    return "\n".join(lines) + "\n"
