@@ -89,7 +89,6 @@ MEASURED_TABLES = {
     "speed-hmc-rates": ("speed/cost", "hmc", ("", ".0f", ".0f", ".2f")),
     "speed-vectorised-members": ("speed/vectorised-members", "speed-up", ".2f"),
     "speed-competition": ("speed/competition-cost", "charged", ".2f"),
-    "speed-competition-marginal": ("speed/competition-marginal", "charged", ".2f"),
     "speed-peers": ("speed/peers", "ratios", ".2f"),
     "speed-hmc-numpyro": ("speed/hmc-speed", "rates", ".2f"),
 }
@@ -111,10 +110,15 @@ def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> st
     if table not in kept.get("tables", {}):
         raise BenchError(f"{path}: no table {table!r}; it holds {', '.join(kept.get('tables', {})) or 'none'}")
     columns, rows = kept["tables"][table]["columns"], kept["tables"][table]["rows"]
+    formats = [floatfmt] * len(columns) if isinstance(floatfmt, str) else list(floatfmt)
+    # Floats written here, not by tabulate, which leaves them unformatted in a column that also holds text (a
+    # method's failure).
+    cells = [[format(value, fmt) if isinstance(value, float) else value for value, fmt in zip(row, formats)]
+             for row in rows]
     load = ", ".join(f"{x:g}" for x in kept["load_average"])
     return (f"`{kept['command']}`: {kept['cpu']} ({kept['cpu_count']} cores, load average {load} at the end), "
             f"torch {kept['torch']}, {kept['threads']} thread(s), {kept['date']}, {kept['minutes']:g} minutes.\n\n"
-            f"{tabulate(rows, headers=columns, tablefmt='github', floatfmt=floatfmt, missingval='')}\n")
+            f"{tabulate(cells, headers=columns, tablefmt='github', disable_numparse=True, missingval='')}\n")
 
 
 def honesty_probes() -> str:
