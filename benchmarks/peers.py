@@ -1,9 +1,9 @@
 """bdl-bench's methods beside the implementations a user would otherwise run: same model, data and work, side by side.
 
-    pip install -e ".[peers]"
-    pip install --no-deps laplace-torch==0.3 swa_gaussian==0.1.9   # both require torchvision, which they never use here
+    pip install -e ".[peers]" torch==2.13.0   # torch named: a peer's requirement would otherwise upgrade it
+    pip install --no-deps laplace-torch==0.3 asdfghjkl==0.1a4 swa_gaussian==0.1.9   # their torchvision is never used
     OMP_NUM_THREADS=1 python benchmarks/peers.py [--models digits digits-cnn dermamnist] [--epochs 10] [--repeats 5]
-                                                 [--quick]
+                                                 [--quick] [--out FILE.json]
 
 For each method with a public peer, both sides do the same work on the same network, training rows, test rows,
 batch size, epochs and number of posterior draws, on one torch thread: the whole run as a user would time it, from an
@@ -69,7 +69,7 @@ nothing measurable without a profiler): ``benchmarks/profiles.py`` counts the ti
 ROWS = 512  # LeNet-5's random training rows (and test rows): a few hundred keep a measurement within seconds
 PEERS = {"swag": ("swa_gaussian", "pip install --no-deps swa_gaussian==0.1.9"),
          "ivon": ("ivon-opt", 'pip install -e ".[peers]"'),
-         "laplace": ("laplace-torch", "pip install --no-deps laplace-torch==0.3"),
+         "laplace": ("laplace-torch", "pip install --no-deps laplace-torch==0.3 asdfghjkl==0.1a4"),
          "posteriors": ("posteriors", 'pip install -e ".[peers]"')}
 """Each peer's module: the distribution it comes from and how to install it (after ``pip install -e ".[peers]"``,
 which brings the dependencies of the two that go in without theirs)."""
