@@ -96,17 +96,23 @@ MEASURED_TABLES = {
 one format for all, or one per column)."""
 
 
-def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> str:
-    """One kept table, headed by the command that measured it and where and when it ran."""
-    from tabulate import tabulate
-
+def kept_measurement(stem: str) -> dict:
+    """The file a measuring script kept at ``MEASUREMENTS / stem.json``; one line where it is missing or unreadable."""
     from bench.io import read_json
 
     path = MEASUREMENTS / f"{stem}.json"
     repair = f"run the command its doc names with `--out {path.relative_to(ROOT)}`"
     if not path.exists():
         raise BenchError(f"{path}: no such kept measurement; {repair}")
-    kept = read_json(path, "a kept measurement", repair)
+    return read_json(path, "a kept measurement", repair)
+
+
+def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> str:
+    """One kept table, headed by the command that measured it and where and when it ran."""
+    from tabulate import tabulate
+
+    kept = kept_measurement(stem)
+    path = MEASUREMENTS / f"{stem}.json"
     if table not in kept.get("tables", {}):
         raise BenchError(f"{path}: no table {table!r}; it holds {', '.join(kept.get('tables', {})) or 'none'}")
     columns, rows = kept["tables"][table]["columns"], kept["tables"][table]["rows"]
@@ -123,11 +129,8 @@ def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> st
 
 def honesty_probes() -> str:
     """The honesty probe's kept table (``benchmarks/results/honesty.json``), and how many probes were dishonest."""
-    from bench.io import read_json
-
-    table = measured_table("honesty", "probes", "g")  # one line if the file is missing
-    kept = read_json(MEASUREMENTS / "honesty.json", "a kept measurement", "run the command docs/honesty.md names")
-    return f"{table}\n{kept['probes']} probes, {kept['dishonest']} dishonest.\n"
+    kept = kept_measurement("honesty")
+    return f"{measured_table('honesty', 'probes', 'g')}\n{kept['probes']} probes, {kept['dishonest']} dishonest.\n"
 
 
 OFFICIAL_TRAIN_ROWS = {"cifar10": 50_000, "cifar10c": 50_000, "imdb": 25_000}
@@ -148,11 +151,7 @@ def competition_run_time() -> str:
     budget; scaled to the official training set where it has one size (:data:`OFFICIAL_TRAIN_ROWS`)."""
     from tabulate import tabulate
 
-    from bench.io import read_json
-
-    path = MEASUREMENTS / "speed" / "competition-cost.json"
-    kept = read_json(path, "a kept measurement", "run `python benchmarks/competition_cost.py --rows 512 --out "
-                                                 "benchmarks/results/speed/competition-cost.json`")
+    kept = kept_measurement("speed/competition-cost")
     table = kept["tables"]["charged"]
     rows = []
     for values in table["rows"]:
