@@ -524,6 +524,31 @@ def _check_ray_resources(ray, threads: int, gpus: int) -> None:
                          "lower --threads" + (" or add a GPU node" if gpus else ""))
 
 
+RAY_CLUSTER_FAILURES = ("NodeDiedError", "LocalRayletDiedError", "RaySystemError", "RpcError", "ObjectLostError",
+                        "OutOfMemoryError", "ObjectStoreFullError", "OutOfDiskError", "RuntimeEnvSetupError",
+                        "TaskUnschedulableError")
+"""Ray's errors (``ray.exceptions``, with their subclasses) that say its cluster failed a task, not what the task
+ran: a node or its raylet died, memory or disk ran out, the task's environment or a place for it could not be
+made. A name this Ray lacks is passed over."""
+
+
+def ray_failure(ray, error: BaseException, method: object) -> Outcome:
+    """What a run whose Ray task ended with ``error`` (a ``ray.exceptions.RayError``: :func:`attempt` catches what
+    the run itself raises) failed of: the cluster's (:data:`RAY_CLUSTER_FAILURES`: the machine's, exit 3, retried
+    by running again), the method's when its worker process died running someone else's method (exit 4), else
+    bdl-bench's (exit 70)."""
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    said = f"its Ray task failed: {type(error).__name__}: {first_line}"
+    cluster = tuple(getattr(ray.exceptions, name) for name in RAY_CLUSTER_FAILURES if hasattr(ray.exceptions, name))
+    if isinstance(error, cluster):
+        return Outcome(None, EXIT_ENVIRONMENT, f"{said} (the Ray cluster's failure, not the run's; run again to "
+                                               "retry it)")
+    if isinstance(error, ray.exceptions.WorkerCrashedError) and isolates(method):
+        return Outcome(None, EXIT_METHOD, f"method {terminal_text(repr(method))}: {said} (os._exit, a crash or a "
+                                          "signal in the method's code, or the machine's out-of-memory killer)")
+    return Outcome(None, EXIT_INTERNAL, said)
+
+
 def run_on_ray(specs: Iterable["RunSpec"], threads: int, gpus: int, address: str | None,
                on_finished: Callable[["RunSpec", Outcome], None]) -> None:
     """Each run as a Ray task of ``threads`` CPUs and ``gpus`` GPUs, reported as it finishes. Connects to
@@ -546,9 +571,7 @@ def run_on_ray(specs: Iterable["RunSpec"], threads: int, gpus: int, address: str
                     try:
                         outcome = ray.get(ref)
                     except ray.exceptions.RayError as error:  # the worker died, or the task could not start
-                        first_line = (str(error).strip().splitlines() or [""])[0]
-                        outcome = Outcome(None, EXIT_INTERNAL, f"its Ray task failed: {type(error).__name__}: "
-                                                               f"{first_line}")
+                        outcome = ray_failure(ray, error, spec.method)
                     on_finished(spec, outcome)
         finally:
             for ref in waiting:
