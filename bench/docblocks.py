@@ -20,6 +20,7 @@ DOCS = ROOT / "docs"
 COMMAND = "python -m bench.docblocks --write"
 _BLOCK = re.compile(r"<!-- generated: (?P<name>[a-z0-9-]+) by `[^`]*` -->\n(?P<body>.*?)<!-- end: (?P=name) -->",
                     re.DOTALL)
+_OPENING = re.compile(r"<!-- generated: (?P<name>[^ ]*)")
 
 
 def _reference_table() -> str:
@@ -174,6 +175,17 @@ def competition_run_time() -> str:
             f"{tabulate(rows, headers='keys', tablefmt='github')}\n")
 
 
+GPU_CHECK = "speed/gpu-check"
+"""Where ``benchmarks/gpu_check.py`` keeps its table, run on a lent GPU (no such file until a GPU has run it)."""
+
+
+def gpu_check() -> str:
+    """The GPU check's kept table with the card that ran it, or the line that no GPU has run it yet."""
+    if not (MEASUREMENTS / f"{GPU_CHECK}.json").exists():
+        return (f"No GPU has run it yet: `{MEASUREMENTS.relative_to(ROOT) / GPU_CHECK}.json` does not exist.\n")
+    return f"On {kept_measurement(GPU_CHECK)['device']}:\n\n{measured_table(GPU_CHECK, 'gpu check', '.3g')}"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "gate-calibration": _gate_calibration,
     "shipped-fidelity": _shipped_fidelity,
@@ -183,6 +195,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "reference-architectures": _architectures_table,
     "competition-run-time": competition_run_time,
     "honesty-probes": honesty_probes,
+    "gpu-check": gpu_check,
     **{name: (lambda stem=stem, table=table, floatfmt=floatfmt: measured_table(stem, table, floatfmt))
        for name, (stem, table, floatfmt) in MEASURED_TABLES.items()},
 }
@@ -202,6 +215,11 @@ def rewritten(text: str, path: Path) -> str:
             raise BenchError(f"{path}: no generator writes the block {match['name']!r}; known: {', '.join(GENERATORS)}")
         return f"<!-- generated: {match['name']} by `{COMMAND}` -->\n{generator()}<!-- end: {match['name']} -->"
 
+    whole = {match.start() for match in _BLOCK.finditer(text)}
+    for opening in _OPENING.finditer(text):  # a block whose end marker is missing or misspelt would go unchecked
+        if opening.start() not in whole:
+            raise BenchError(f"{path}: the block {opening['name']!r} has no end marker `<!-- end: {opening['name']} "
+                             "-->` after it; add it")
     return _BLOCK.sub(body, text)
 
 

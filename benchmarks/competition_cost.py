@@ -58,9 +58,9 @@ SEQUENTIAL = {f"{method}-sequential": method for method in ("ae", "sae", "sgld")
 MARGINAL_REPEATS = 3
 
 
-def method_run(task: Task, method: str, device: torch.device, scale: int = 1) -> tuple[float, float, int]:
-    """Seconds and charged epochs of ``method``'s short run (training and predictive) at ``scale`` times its
-    budget, and its batch size."""
+def short_run(task: Task, method: str, device: torch.device, scale: int = 1) -> tuple[object, float, float, int]:
+    """``method``'s short run (training and predictive) at ``scale`` times its budget, seed 0: the fitted method,
+    its seconds, its charged epochs and its batch size."""
     if method in SEQUENTIAL:
         budget, overrides = SHORT_RUNS[SEQUENTIAL[method]]
         method, overrides = SEQUENTIAL[method], {**overrides, "vectorise": "false"}
@@ -70,13 +70,20 @@ def method_run(task: Task, method: str, device: torch.device, scale: int = 1) ->
     config = resolve_config(cls, task.name, overrides)
     problem, data = metered(task, budget * scale, device)
     started = time.perf_counter()
-    cls(config).fit(problem, data, torch.Generator().manual_seed(0))
+    fitted = cls(config)
+    fitted.fit(problem, data, torch.Generator().manual_seed(0))
     if device.type == "cuda":
         torch.cuda.synchronize()
     # A full-batch method's epoch is one gradient of the whole training set: its plain peer is one step of
     # full-batch gradient descent.
     batch = getattr(config, "batch_size", task.n_train)
-    return time.perf_counter() - started, data.meter.epochs_used, batch
+    return fitted, time.perf_counter() - started, data.meter.epochs_used, batch
+
+
+def method_run(task: Task, method: str, device: torch.device, scale: int = 1) -> tuple[float, float, int]:
+    """Seconds and charged epochs of ``method``'s short run (training and predictive) at ``scale`` times its
+    budget, and its batch size."""
+    return short_run(task, method, device, scale)[1:]
 
 
 def main() -> None:

@@ -24,6 +24,12 @@ def test_a_block_is_rewritten_between_its_markers_and_nothing_else(tmp_path, mon
     assert docblocks.rewritten(text, path) == text.replace("| stale |", "| fresh |")
     with pytest.raises(BenchError, match="no generator writes the block 'other'"):
         docblocks.rewritten(text.replace("demo", "other"), path)
+    for unended in (text.replace("<!-- end: demo -->", ""), text.replace("<!-- end: demo -->", "<!-- end generated -->"),
+                    text + text.split("prose after")[0].rsplit("<!-- end", 1)[0]):
+        with pytest.raises(BenchError, match="the block 'demo' has no end marker `<!-- end: demo -->`"):
+            docblocks.rewritten(unended, path)
+    with pytest.raises(BenchError, match="the block 'other' has no end marker"):
+        docblocks.rewritten(text + "<!-- generated: other by `x` -->\n", path)
 
 
 def test_a_kept_measurement_is_rendered_with_its_command_machine_and_columns_in_order(tmp_path, monkeypatch):

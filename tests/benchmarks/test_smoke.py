@@ -80,5 +80,5 @@ def test_gate_calibration_runs_against_a_baseline_of_its_own(tmp_path):
 def test_every_script_is_run_by_a_test():
     """A new script gets its smoke test: here, or in a test of its own."""
     scripts = {path.stem for path in (ROOT / "benchmarks").glob("*.py") if "__main__" in path.read_text()}
-    own = {"cross_cpu_round_off", "memory_plan", "nuts_crosscheck", "hmc_speed", "gate_calibration"}
+    own = {"cross_cpu_round_off", "memory_plan", "nuts_crosscheck", "hmc_speed", "gate_calibration", "gpu_check"}
     assert scripts - own == {_script(case) for case in RUNS}
