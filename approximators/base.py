@@ -413,13 +413,18 @@ def settings_choices(config_class: type) -> dict[str, tuple[str, ...]]:
     return choices
 
 
-def settings_order(config_class: type) -> list[tuple[str, str]]:
-    """Pairs ``(a, b)`` of numeric settings with a <= b (a cosine decay's end at most its start): the ``AT_MOST`` of
-    the config class and of its bases, ``{"min_lr": "lr"}``."""
-    order: dict[str, str] = {}
+SCHEDULE_WOULD_RISE = "a schedule that ends above where it starts would rise"
+"""Why a learning-rate schedule's end may not exceed its start (the built-in methods' ``AT_MOST`` pairs)."""
+
+
+def settings_order(config_class: type) -> list[tuple[str, str, str]]:
+    """Triples ``(a, b, why)`` of numeric settings with a <= b: the ``AT_MOST`` of the config class and of its bases,
+    each entry ``a: b`` or ``a: (b, why)``, ``why`` saying what a crossed pair would mean in the method's own terms
+    (empty where none is given): ``{"min_lr": ("lr", "a schedule that ends above where it starts would rise")}``."""
+    order: dict[str, str | tuple[str, str]] = {}
     for cls in reversed(config_class.__mro__):
         order.update(vars(cls).get("AT_MOST", {}))
-    return list(order.items())
+    return [(low, *((high, "") if isinstance(high, str) else tuple(high))) for low, high in order.items()]
 
 
 def check_settings(method: str, config) -> None:
@@ -440,10 +445,10 @@ def check_settings(method: str, config) -> None:
             raise ConfigError(f"{method}: {field.name} is {shown(value)}, beyond what a run computes with ({what})")
         if value not in interval:
             raise ConfigError(f"{method}: {field.name} must lie in {interval.text}, got {value}")
-    for low, high in settings_order(type(config)):
+    for low, high, why in settings_order(type(config)):
         if not getattr(config, low) <= getattr(config, high):
             raise ConfigError(f"{method}: {low} ({getattr(config, low)}) must not exceed {high} "
-                              f"({getattr(config, high)}): a schedule that ends above where it starts would rise")
+                              f"({getattr(config, high)}){f': {why}' if why else ''}")
 
 
 def fits_setting_type(value: object, kind: type) -> bool:

@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from approximators import engine
-from approximators.base import (DRAWS_BOUNDS, Approximator, Footprint, Problem, epochs_unspent, mean_field_predictive,
-                                next_seed)
+from approximators.base import (SCHEDULE_WOULD_RISE, DRAWS_BOUNDS, Approximator, Footprint, Problem, epochs_unspent,
+                                mean_field_predictive, next_seed)
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
 from approximators.sgld import chain_generators
@@ -88,7 +88,7 @@ class MFVIConfig:
         "map_beta2": "[0, 1)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
-    AT_MOST: ClassVar[dict[str, str]] = {"min_lr": "lr", "map_min_lr": "map_lr"}
+    AT_MOST: ClassVar[dict] = {"min_lr": ("lr", SCHEDULE_WOULD_RISE), "map_min_lr": ("map_lr", SCHEDULE_WOULD_RISE)}
     """Settings that may not exceed another (a cosine decay's end, its start), checked with the bounds."""
 
 

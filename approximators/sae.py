@@ -41,8 +41,8 @@ import torch
 
 from approximators import guided_walk
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
-from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
-                                member_generators, next_seed, steps_for)
+from approximators.base import (SCHEDULE_WOULD_RISE, Approximator, Footprint, PredictiveAccumulator, Problem,
+                                epochs_unspent, member_generators, next_seed, steps_for)
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -76,7 +76,7 @@ class SAEConfig(AdamConfig):
         "validation_fraction": "[0, 1)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
-    AT_MOST: ClassVar[dict[str, str]] = {"seq_min_lr": "seq_lr"}
+    AT_MOST: ClassVar[dict] = {"seq_min_lr": ("seq_lr", SCHEDULE_WOULD_RISE)}
     """Settings that may not exceed another (a cosine decay's end, its start), checked with the bounds."""
 
 

@@ -59,8 +59,8 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import (DRAWS_BOUNDS, Approximator, Footprint, PredictiveAccumulator, Problem,
-                                epochs_unspent, member_generators, steps_for)
+from approximators.base import (SCHEDULE_WOULD_RISE, DRAWS_BOUNDS, Approximator, Footprint,
+                                PredictiveAccumulator, Problem, epochs_unspent, member_generators, steps_for)
 from approximators.training import Members
 from approximators.updates import SGD
 from bench.budget import MeteredData
@@ -104,7 +104,7 @@ class SWAGConfig:
         "runs": "[1, inf)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
-    AT_MOST: ClassVar[dict[str, str]] = {"swa_lr": "lr"}
+    AT_MOST: ClassVar[dict] = {"swa_lr": ("lr", SCHEDULE_WOULD_RISE)}
     """Settings that may not exceed another (the rate the schedule decays to, its start), checked with the bounds."""
 
 

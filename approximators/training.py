@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from approximators import engine
-from approximators.base import Problem, next_seed
+from approximators.base import SCHEDULE_WOULD_RISE, Problem, next_seed
 from approximators.engine import KeepBest, Objective, steps_per_epoch
 from approximators.updates import Adam, cosine_schedule
 from bench.budget import MeteredData
@@ -52,7 +52,7 @@ class AdamConfig:
         "beta2": "[0, 1)",
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
-    AT_MOST: ClassVar[dict[str, str]] = {"min_lr": "lr"}
+    AT_MOST: ClassVar[dict] = {"min_lr": ("lr", SCHEDULE_WOULD_RISE)}
     """Settings that may not exceed another (the cosine decay's end, its start), checked with the bounds."""
 
 

@@ -13,7 +13,8 @@ A method is a subclass of :class:`Approximator` with
 - ``Config``: a frozen dataclass of its settings, each field typed (``int``, ``float``, ``bool``, ``str``)
   with a default. ``--set key=value`` parses by the field's type. ``Config.BOUNDS`` (a class attribute,
   ``{"field": "[1, inf)"}``) gives each numeric setting's interval, ``Config.CHOICES`` a string setting's values and
-  ``Config.AT_MOST`` (``{"min_lr": "lr"}``) settings that may not exceed another, all checked before any work;
+  ``Config.AT_MOST`` (``{"min_lr": "lr"}``, or ``{"min_lr": ("lr", why)}`` with the reason a refusal gives) settings
+  that may not exceed another, all checked before any work;
 - ``TASK_DEFAULTS: dict[str, dict]`` optionally, per-task values that replace the defaults;
 - ``check_budget: float``, the budget ``bench check`` runs it with by default;
 - ``fit(self, problem, data, generator) -> None``, which trains and leaves its predictive in

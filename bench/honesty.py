@@ -37,7 +37,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from approximators import get_method, resolve_config
-from approximators.base import settings_bounds, settings_choices
+from approximators.base import Interval, settings_bounds, settings_choices
 from bench.errors import BudgetExhausted, ConfigError
 from bench.runner import execute, metered
 from bench.tasks import get_task
@@ -202,6 +202,10 @@ def probe(method_name: str, task_name: str, budget: float | None = None, seed: i
                        tuple(sorted((overrides or {}).items())))
 
 
+UNBOUNDED = Interval("(-inf, inf)")
+"""The interval of a numeric setting that declares none (a user's method may leave one undeclared)."""
+
+
 COMPANIONS = {("hmc", "trajectory_length"): {"leapfrog_steps": "0"}}
 """Settings that act only together with another: alone they are refused in one line, so the grid moves both."""
 
@@ -254,7 +258,7 @@ def setting_grid(method_name: str, task_name: str) -> list[dict[str, str]]:
     for field in dataclasses.fields(config):
         kind = hints[field.name]
         for other in _other_values(method.name, task_name, field.name, kind, getattr(config, field.name),
-                                   bounds.get(field.name), choices.get(field.name)):
+                                   bounds.get(field.name, UNBOUNDED), choices.get(field.name)):
             overrides = {field.name: str(other).lower() if isinstance(other, bool) else str(other),
                          **COMPANIONS.get((method.name, field.name), {})}
             (reals.update if kind is float else grid.append)(overrides)

@@ -66,13 +66,38 @@ def test_every_declared_order_of_settings_is_checked_before_any_work(method):
     from approximators.base import settings_order
 
     pairs = settings_order(METHODS[method].Config)
-    for low, high in pairs:
+    for low, high, why in pairs:
+        assert why == "a schedule that ends above where it starts would rise"
         default = getattr(resolve_config(METHODS[method], "toy-gap"), high)
-        with pytest.raises(ConfigError, match=f"{low} .* must not exceed {high}"):
+        with pytest.raises(ConfigError, match=f"{low} .* must not exceed {high} .*: {why}$"):
             resolve_config(METHODS[method], "toy-gap", {low: str(2 * default), high: str(default)})
         resolve_config(METHODS[method], "toy-gap", {low: str(default), high: str(default)})  # equal is a constant rate
     expected = {"sgd", "de", "ae", "sae", "laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag"}
     assert bool(pairs) == (method in expected)
+
+
+def test_a_method_s_own_order_of_settings_is_refused_in_its_own_terms():
+    """A user's pair is not a learning-rate schedule: its line names the pair, and says why only where told."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from approximators.base import check_settings
+
+    @dataclass(frozen=True)
+    class Own:
+        low_fraction: float = 0.5
+        high_fraction: float = 0.25
+        hot: float = 3.0
+        cool: float = 2.0
+        AT_MOST: ClassVar[dict] = {"low_fraction": "high_fraction", "cool": ("hot", "cooling must not heat")}
+
+    with pytest.raises(ConfigError) as refused:
+        check_settings("mine", Own())
+    assert str(refused.value) == "mine: low_fraction (0.5) must not exceed high_fraction (0.25)"
+    with pytest.raises(ConfigError) as refused:
+        check_settings("mine", Own(low_fraction=0.25, cool=4.0))
+    assert str(refused.value) == "mine: cool (4.0) must not exceed hot (3.0): cooling must not heat"
+    check_settings("mine", Own(low_fraction=0.25))
 
 
 @pytest.mark.parametrize("method", ["laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag", "vogn"])

@@ -125,7 +125,7 @@ def test_every_float_setting_at_its_largest_value_trains_or_is_one_line(tmp_path
 
     cls = METHODS[method]
     largest = repr(LARGEST_FLOAT_SETTING)
-    overrides = {name: largest, **{high: largest for low, high in settings_order(cls.Config) if low == name}}
+    overrides = {name: largest, **{high: largest for low, high, _ in settings_order(cls.Config) if low == name}}
     try:
         run(RunSpec(task="toy-gap", method=method, budget=cls.check_budget, out=tmp_path,
                     overrides=tuple(overrides.items())))
