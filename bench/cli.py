@@ -238,6 +238,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
                              "the leaderboard marks them verified")
+    submit.add_argument("--quiet", action="store_true", help="with --verify: no progress bar")
     _add_threads(submit, default=None, help=f"with --verify: torch threads of the re-executions (default "
                                             f"{DEFAULT_THREADS}); a run reproduces bitwise only with the thread count "
                                             f"it recorded, else it is compared as if from another machine")
@@ -250,6 +251,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_threads(verify, help=f"torch threads of the re-executions (default {DEFAULT_THREADS}, whatever "
                               f"OMP_NUM_THREADS says), named in each line; a run reproduces bitwise only with the "
                               f"thread count it recorded, else it is compared as if from another machine")
+    verify.add_argument("--quiet", action="store_true", help="no progress bar")
     verify.add_argument("--method", help="the method to re-execute the runs with, for runs of a package.module:ClassName "
                                          "method (a run's record never chooses code to import)")
     _add_cache(verify)
@@ -286,6 +288,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_list(check, "--task", metavar="TASK",
               help="tasks (--task a b, or repeated; default: every task of the baseline, with --update the embedded "
                    "MLP tasks; with --method too, an update adds the tasks named for those methods)")
+    check.add_argument("--quiet", action="store_true", help="no progress bars")
     check.add_argument("--update", action="store_true",
                        help="measure the configuration and rewrite the baseline (with --method or --task: extend "
                             "it, replacing only what was measured)")

@@ -42,6 +42,10 @@ class Progress:
                                    refresh=False)
         self._runs.update(1)
 
+    def say(self, line: str, file) -> None:
+        """Prints ``line`` to ``file`` above the bars, which are drawn again under it."""
+        self._tqdm.write(line, file=file)
+
     def close(self) -> None:
         self._runs.close()
 

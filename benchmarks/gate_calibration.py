@@ -40,13 +40,14 @@ def main() -> None:
     parser.add_argument("--method", nargs="+", default=[], dest="methods", metavar="SOURCE",
                         help="methods of one's own the baseline loads from package.module:ClassName, which a baseline "
                              "never imports unless named here (as `check --method`)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args()
     if min(args.sets, args.workers, 1 if args.seeds is None else args.seeds) < 1:
         parser.error(f"--sets, --seeds and --workers must be at least 1, got --sets {args.sets} --seeds {args.seeds} "
                      f"--workers {args.workers}")
     started = time.monotonic()
     try:
-        rows = calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods)
+        rows = calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods, args.quiet)
     except BenchError as error:  # a damaged baseline or a failed run: one line, as the CLI reports it
         parser.exit(1, f"error: {error}\n")
     print(calibration_table(rows))
@@ -60,8 +61,9 @@ def main() -> None:
 
 
 def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int,
-                methods: list[str] | None = None) -> list[dict]:
-    """One row per set of fresh seeds (:data:`bench.docblocks.CALIBRATION_COLUMNS`)."""
+                methods: list[str] | None = None, quiet: bool = False) -> list[dict]:
+    """One row per set of fresh seeds (:data:`bench.docblocks.CALIBRATION_COLUMNS`), each said as it is done; the
+    runs' progress bars on a terminal unless ``quiet``."""
     baseline = gate.load_baseline(path)
     config = baseline["configuration"]
     sources = gate.baseline_sources(baseline)
@@ -72,7 +74,7 @@ def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int,
     for index in range(sets):
         seeds = list(range(held + index * n, held + (index + 1) * n))
         measured = gate.measure({m: list(by_task) for m, by_task in baseline["results"].items()}, seeds,
-                                 config["budgets"], config.get("settings"), sources, workers=workers)
+                                 config["budgets"], config.get("settings"), sources, workers=workers, quiet=quiet)
         report = gate.compare(baseline, measured, statistical=True)
         fidelity = [abs(f.z) for f in report.findings if f.two_sided]
         others = [f.z for f in report.findings if not f.two_sided]
@@ -80,6 +82,8 @@ def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int,
                      "tolerance": round(report.tolerance, 4), "max_abs_z_fidelity": round(max(fidelity), 4),
                      "max_z_others": round(max(others), 4), "flagged": len(report.flagged),
                      "budget_mismatches": len(report.budget_mismatches)})
+        print(f"set {index + 1} of {sets} (seeds {rows[-1]['seeds']}): {rows[-1]['flagged']} of {report.n_compared} "
+              "metrics flagged", flush=True)
     return rows
 
 

@@ -15,7 +15,8 @@ def command(args) -> int:
             raise BenchError("--tolerance and --statistical choose how a check compares; --update only measures")
         baseline = gate.update(args.baseline, methods=args.methods, tasks=args.task, seeds=args.seeds,
                                budgets=gate.budget_options(args.budget), settings=gate.setting_options(args.settings),
-                               max_epochs=args.max_epochs, workers=args.workers, threads=args.threads)
+                               max_epochs=args.max_epochs, workers=args.workers, threads=args.threads,
+                               quiet=args.quiet)
         print(gate.describe_baseline(baseline))
         print(f"wrote {terminal_text(args.baseline)}")
         return 0
@@ -24,6 +25,6 @@ def command(args) -> int:
                          "budgets and settings")
     report = gate.check(args.baseline, methods=args.methods, tasks=args.task, tolerance=args.tolerance,
                         statistical=args.statistical, max_epochs=args.max_epochs, workers=args.workers,
-                        threads=args.threads, seeds=args.seeds)
+                        threads=args.threads, seeds=args.seeds, quiet=args.quiet)
     print(report.text())
     return 0 if report.passed else 1

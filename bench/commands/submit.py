@@ -6,6 +6,7 @@ from bench.budget import check_planned_epochs
 from bench.commands import DEFAULT_THREADS
 from bench.commands.common import claimed_epochs, store_rows, submitter
 from bench.errors import BenchError
+from bench.progress import Progress
 
 
 def command(args) -> int:
@@ -21,7 +22,8 @@ def command(args) -> int:
         check_planned_epochs(claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
     rows = []
     # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders.
-    with Isolations(args.threads or DEFAULT_THREADS) as isolations:
+    with Isolations(args.threads or DEFAULT_THREADS) as isolations, \
+            Progress(len(folders) if args.verify else 0, args.quiet, "verify") as progress:
         for path in args.paths:  # everything is validated, scored and verified before the store is touched
             if path.suffix == ".zip":
                 if args.method is None or args.budget is None:
@@ -38,8 +40,12 @@ def command(args) -> int:
                 if args.method is not None and not args.verify:
                     raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code "
                                      "that re-executes a run folder; a run folder records its own method")
-                rows += [verified_row(folder, name, args.notes, args.cache, args.method, not args.debug, isolations)
-                         if args.verify else submission.score_run(folder, name, args.notes, args.cache)
-                         for folder in submission.run_folders([path])]
+                for folder in submission.run_folders([path]):
+                    if args.verify:
+                        rows.append(verified_row(folder, name, args.notes, args.cache, args.method, not args.debug,
+                                                 isolations))
+                        progress.finished(folder.name, failed=False)
+                    else:
+                        rows.append(submission.score_run(folder, name, args.notes, args.cache))
     store_rows(rows, args.db)
     return 0

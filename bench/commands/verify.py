@@ -7,6 +7,7 @@ import sys
 from bench.budget import check_planned_epochs
 from bench.commands.common import LINE_CHARS, claimed_epochs
 from bench.errors import EXIT_METHOD, FailedElsewhere, MethodFailed, describe_failure, terminal_text
+from bench.progress import Progress
 
 
 def command(args) -> int:
@@ -19,17 +20,19 @@ def command(args) -> int:
     results, failures = [], 0
     # A method that is not bdl-bench's is re-executed in a process of its own (one for all its folders); its failure
     # (exit 4) is that folder's line, and the other folders are still verified.
-    with Isolations(args.threads) as isolations:
+    with Isolations(args.threads) as isolations, Progress(len(folders), args.quiet, "verify") as progress:
         for folder in folders:
             try:
                 result = verify(folder, args.cache, args.method, isolate=not args.debug, isolations=isolations)
             except (MethodFailed, FailedElsewhere) as error:
                 if args.debug or error.exit_code != EXIT_METHOD:
                     raise
-                print(f"error: {terminal_text(folder)}: {describe_failure(error)[1]}", file=sys.stderr)
+                progress.say(f"error: {terminal_text(folder)}: {describe_failure(error)[1]}", sys.stderr)
+                progress.finished(folder.name, failed=True)
                 failures += 1
                 continue
-            print(terminal_text(result.line(), LINE_CHARS))
+            progress.say(terminal_text(result.line(), LINE_CHARS), sys.stdout)
+            progress.finished(folder.name, failed=not result.passed)
             results.append(result)
     mismatched = sum(not r.passed for r in results)
     print(f"{len(results) - mismatched} of {len(folders)} runs verified"

@@ -17,6 +17,7 @@ from approximators import METHODS, get_method, resolve_config
 from bench import executors
 from bench.budget import DEFAULT_MAX_EPOCHS, check_planned_epochs
 from bench.errors import BenchError, FailedElsewhere, cannot_write, shown
+from bench.progress import Progress, run_title
 from bench.arguments import SEED_LIMIT
 from bench.runner import RunSpec, environment, run
 from bench.tasks import DEFAULT_TASKS, get_task
@@ -31,24 +32,32 @@ from leaderboard.gate.statistics import BUDGET_FIELDS, Report, checked_tolerance
 
 def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str, float],
             settings: dict[str, dict[str, str]] | None = None, sources: dict[str, str] | None = None,
-            workers: int = 1, threads: int = 1) -> dict:
+            workers: int = 1, threads: int = 1, quiet: bool = False) -> dict:
     """Runs each method on its tasks (``{method: [task, ...]}``) with its budget, its ``settings`` (``--set``
     values; default none) and loaded from its ``sources`` entry (default its name):
     {method: {task: [per seed {"metrics": {block: {metric: value}}, "epochs_used", "test_passes"}]}}.
 
     ``workers`` > 1: the runs are shared out to that many spawned processes of ``threads`` torch threads each
     (:func:`bench.executors.run_in_workers`, as ``sweep --workers`` runs them). Each run seeds itself, so its result
-    is the same bits wherever it runs; the first failure is reported once the runs under way have ended."""
+    is the same bits wherever it runs; the first failure is reported once the runs under way have ended. Progress:
+    a bar of runs done and, for runs in this process, one of the current run's epochs (:class:`bench.progress.Progress`:
+    on a terminal only, none with ``quiet``)."""
     settings, sources = settings or {}, sources or {}
     with tempfile.TemporaryDirectory(prefix="bdl-bench-check-") as out:
         specs = {(method, task, seed): RunSpec(task=task, method=sources.get(method, method), budget=budgets[method],
                                                seed=seed, out=Path(out),
                                                overrides=tuple(settings.get(method, {}).items()))
                  for method, tasks in tasks_of.items() for task in tasks for seed in seeds}
-        if workers > 1:
-            results = _measured_in_workers(specs, workers, threads)
-        else:
-            results = {key: run(spec) for key, spec in specs.items()}
+        with Progress(len(specs), quiet, "check") as progress:
+            if workers > 1:
+                results = _measured_in_workers(specs, workers, threads, progress)
+            else:
+                results = {}
+                for (method, task, seed), spec in specs.items():
+                    title = run_title(task, method, spec.budget, seed)
+                    with progress.epochs(title, spec.budget) as on_progress:
+                        results[method, task, seed] = run(spec, on_progress=on_progress)
+                    progress.finished(title, failed=False)
     measured: dict = {}
     for (method, task, _), result in results.items():
         measured.setdefault(method, {}).setdefault(task, []).append(
@@ -57,13 +66,15 @@ def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str,
     return measured
 
 
-def _measured_in_workers(specs: dict[tuple, RunSpec], workers: int, threads: int) -> dict:
+def _measured_in_workers(specs: dict[tuple, RunSpec], workers: int, threads: int, progress: Progress) -> dict:
     """Every spec's result in ``workers`` processes, in the order of ``specs`` (the seeds' order), or the first
-    failure as its process described it."""
+    failure as its process described it; each finished run is counted on ``progress``."""
     keys = {id(spec): key for key, spec in specs.items()}
     done, failures = {}, []
 
     def finished(spec: RunSpec, outcome) -> None:
+        method, task, seed = keys[id(spec)]
+        progress.finished(run_title(task, method, spec.budget, seed), outcome.result is None)
         if outcome.result is None:
             failures.append(outcome)
         else:
@@ -130,9 +141,9 @@ def _check_writable(path: Path) -> None:
 def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
            seeds: int | None = None, budgets: dict[str, float] | None = None,
            settings: dict[str, dict[str, str]] | None = None, max_epochs: float = DEFAULT_MAX_EPOCHS,
-           workers: int = 1, threads: int = 1) -> dict:
-    """Measures the configuration and writes the baseline file atomically; returns its contents (``workers`` and
-    ``threads``: as :func:`measure` takes them). The epochs it would
+           workers: int = 1, threads: int = 1, quiet: bool = False) -> dict:
+    """Measures the configuration and writes the baseline file atomically; returns its contents (``workers``,
+    ``threads`` and ``quiet``: as :func:`measure` takes them). The epochs it would
     train (budgets x tasks x seeds) are planned first: beyond ``max_epochs`` (``--max-epochs``) it is one line
     before anything is loaded or trained.
 
@@ -172,7 +183,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
         _check_kept_tasks(path, earlier, tasks, budget_of, settings_of)
     started = time.perf_counter()
     measured = measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources,
-                       workers, threads)
+                       workers, threads, quiet)
     runs, results = summarise(measured)
     command = shlex.join([
         "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--method", *specs,
@@ -296,10 +307,10 @@ def _load_gated(path: Path, name: str, source: str) -> None:
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False,
           max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1,
-          seeds: int | None = None) -> Report:
+          seeds: int | None = None, quiet: bool = False) -> Report:
     """Reruns the baseline's configuration for ``methods`` x ``tasks`` (default: all of the baseline's) and compares.
     ``methods`` by name or as the baseline's update named them (``package.module:ClassName``); ``workers`` and
-    ``threads`` as :func:`measure` takes them. ``seeds``: only the baseline's first ``seeds`` seeds. In exact mode
+    ``threads`` (and ``quiet``) as :func:`measure` takes them. ``seeds``: only the baseline's first ``seeds`` seeds. In exact mode
     training is deterministic, so a change in what a method computes moves every seed's bits and a few seeds show
     it; in statistical mode fewer seeds give a weaker test of the means (the pooled t test of the module's
     docstring), so a check that must fit in CI's time still runs on a machine other than the baseline's."""
@@ -329,6 +340,6 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
     check_planned_epochs(sum(configuration["budgets"][m] * len(ts) for m, ts in tasks_of.items())
                          * len(rerun), max_epochs, f"checking {path}")
     measured = measure(tasks_of, rerun, configuration["budgets"], configuration.get("settings"),
-                       sources, workers, threads)
+                       sources, workers, threads, quiet)
     report = compare(baseline, measured, tolerance, statistical)
     return dataclasses.replace(report, wall_seconds=time.perf_counter() - started)

@@ -1,8 +1,10 @@
 """Re-execution of a claim: honest runs verify, altered predictions or budgets do not, on this machine
 (bitwise) and as if from another one (against the seed-to-seed distance)."""
 
+import io
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -99,6 +101,38 @@ def test_cli_verify_and_submit_verify_mark_the_leaderboard(runs, honest, tmp_pat
     assert code == 1 and "NOT VERIFIED" in out
     code, _, err = run_cli("submit", honest, "--db", tmp_path / "other.sqlite", "--name", "bob", "--verify")
     assert code == 2 and "does not reproduce" in err and err.count("\n") == 1
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_verify_and_submit_verify_count_their_runs_on_a_terminal_and_draw_nothing_when_quiet(runs, tmp_path,
+                                                                                           monkeypatch):
+    """Re-executing runs takes as long as training them: on a terminal a bar counts the runs verified, and each
+    run's line is printed above it; `--quiet` draws nothing."""
+    import tqdm.auto
+
+    from bench.cli import main
+
+    class EveryUpdate(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs, mininterval=0, miniters=0)
+    monkeypatch.setattr(tqdm.auto, "tqdm", EveryUpdate)
+    folders = [str(runs / f"budget-{budget}" / "seed-0") for budget in (5, 100)]
+    for command in (["verify", *folders], ["submit", *folders, "--verify", "--name", "a"]):
+        for quiet in (False, True):
+            terminal, printed = _Terminal(), io.StringIO()
+            monkeypatch.setattr(sys, "stderr", terminal)
+            monkeypatch.setattr(sys, "stdout", printed)
+            assert main([*command, *(["--quiet"] if quiet else []),
+                         *(["--db", str(tmp_path / f"b{quiet}")] if command[0] == "submit" else [])]) == 0
+            drawn = terminal.getvalue()
+            assert (drawn == "") == quiet, drawn
+            assert quiet or ("verify: 100%" in drawn and "| 2/2 [" in drawn and "last: seed-0" in drawn), drawn
+            if command[0] == "verify":
+                assert printed.getvalue().count("verified") == 3 and "2 of 2 runs verified" in printed.getvalue()
 
 
 def test_a_competition_zip_cannot_be_verified(tmp_path, run_cli):
