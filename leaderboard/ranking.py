@@ -9,16 +9,16 @@ database edited by hand hold two, each is its own entry, so nothing is merged or
 
 Ranking, by the primary fidelity metrics (``PRIMARY``): classification by agreement with the HMC reference
 (higher is better), then total variation (lower is better); regression by the mean 1-D Wasserstein-2 distance
-to the reference's predictive (lower is better). The seeds decide, not the means alone (:func:`rank_entries`):
-an entry's rank is 1 + the number of entries on its track that are significantly better than it, so entries
-that the seeds cannot tell apart share a rank (shown ``=1``). Entry A is significantly better than B when A is
-ahead in the order of the means (:func:`rank_key`: the first primary metric, then the next) and Welch's
-two-sided t-test at level 1 - ``CONFIDENCE`` tells them apart in A's favour on the first primary metric on which
-it tells them apart at all (:func:`significantly_better`). Each pair is tested at that level, without a
-correction for the number of pairs. Only an entry ahead can be better, so the entry with the best means is
-always ranked 1, and two metrics cannot make A better than B, B than C and C than A. An entry within the
-reference's noise floor (:func:`within_noise_floor`: its seeds cannot be told from an independent, exact run of the
-reference's sampler) is as good as the reference can tell, so no entry counts as better than it.
+to the reference's predictive (lower is better). An entry's rank is its place in the order of the means
+(:func:`rank_key`: the first primary metric, then the next); entries whose means are equal up to round-off share a
+rank. The point estimate orders, so more spread never lifts an entry above one with a better mean, and a new entry
+never reorders the others. What the seeds can tell is said beside the rank (:func:`rank_entries`): whether each entry
+is told apart from the first, by Welch's two-sided t-test on the first primary metric, the track's comparisons with
+the first corrected together by Holm's step-down procedure at family-wise level 1 - ``CONFIDENCE`` (the entries not
+told apart form the top group), and, for those not told apart, how many seeds per entry a difference of the observed
+size and spread would need to be told apart with probability ``POWER`` (:func:`seeds_to_tell_apart`). Whether an
+entry is within the reference's noise floor (:func:`within_noise_floor`: its seeds cannot be told from an
+independent, exact run of the reference's sampler) is said too; it moves no rank.
 """
 
 from __future__ import annotations
@@ -37,10 +37,14 @@ CONFIDENCE = 0.95
 """The level of the seeds' t-intervals shown; 1 - CONFIDENCE is the level of the test that separates two entries."""
 INTERVAL_RULE = (f"the mean over seeds ± the half-width of its {CONFIDENCE:.0%} Student-t interval (n - 1 degrees of "
                  "freedom; n=1: one seed, no interval)")
-RANK_RULE = ("rank: 1 + the entries significantly better, that is ahead in the means and told apart in their favour "
-             f"by Welch's two-sided t-test at level {1 - CONFIDENCE:.0%} on the first primary metric that tells them "
-             "apart (each pair at that level); entries the seeds cannot tell apart share a rank, marked =; an entry "
-             "within the noise floor is ranked 1")
+POWER = 0.8
+"""The chance of telling a difference apart that :func:`seeds_to_tell_apart` plans the seeds for."""
+RANK_RULE = ("rank: the place in the order of the means over the seeds (the first primary metric, then the next; "
+             "equal means share a rank, marked =), so more spread never lifts an entry; told from #1: whether the "
+             "seeds tell the entry apart from the first by Welch's two-sided t-test on the first primary metric, the "
+             f"track's comparisons with the first Holm-corrected together at family-wise level {1 - CONFIDENCE:.0%} "
+             "(the entries not told apart are the top group); seeds needed: for one not told apart, the seeds per "
+             f"entry that would tell a difference of the observed size and spread apart with probability {POWER:.0%}")
 FLOOR_RULE = ("within floor: on no primary metric is the seeds' mean worse than the reference's noise floor (the "
               "distance an independent run of the reference's sampler, as long and as autocorrelated but exact, is "
               f"expected to score) by a one-sided t-test at level {1 - CONFIDENCE:.0%}, so the seeds cannot tell the "
@@ -107,20 +111,55 @@ def estimate(values: list[float]) -> Estimate:
     return Estimate(mean, len(values), std, se, _t_quantile(len(values) - 1) * se)
 
 
-def significantly_different(a: Estimate, b: Estimate) -> bool:
-    """Welch's two-sided t-test of equal means at level 1 - ``CONFIDENCE`` (Welch-Satterthwaite degrees of freedom).
+def welch_p(a: Estimate, b: Estimate) -> float | None:
+    """The two-sided p-value of Welch's t-test of equal means (Welch-Satterthwaite degrees of freedom).
 
-    An estimate from one seed has no spread to test with, so it cannot be told apart from any other; means equal
-    up to ``ROUND_OFF`` are equal; two estimates without spread (every seed gave the same value) differ exactly when
-    their means do."""
-    if a.se is None or b.se is None or abs(a.mean - b.mean) <= ROUND_OFF * max(1.0, abs(a.mean), abs(b.mean)):
-        return False
+    None when either estimate comes from one seed, which has no spread to test with; 1 for means equal up to
+    ``ROUND_OFF``; for two estimates without spread (every seed gave the same value), 0 when their means differ."""
+    if a.se is None or b.se is None:
+        return None
+    if abs(a.mean - b.mean) <= ROUND_OFF * max(1.0, abs(a.mean), abs(b.mean)):
+        return 1.0
     variance = a.se ** 2 + b.se ** 2
     if variance == 0:
-        return a.mean != b.mean
+        return 0.0
     share_a, share_b = a.se ** 2 / variance, b.se ** 2 / variance  # shares, so that tiny errors cannot underflow
     degrees_of_freedom = 1 / (share_a ** 2 / (a.n - 1) + share_b ** 2 / (b.n - 1))
-    return abs(a.mean - b.mean) > _t_quantile(degrees_of_freedom) * math.sqrt(variance)
+    return float(2 * scipy.stats.t.sf(abs(a.mean - b.mean) / math.sqrt(variance), degrees_of_freedom))
+
+
+def significantly_different(a: Estimate, b: Estimate) -> bool:
+    """Welch's two-sided t-test (:func:`welch_p`) rejects equal means at level 1 - ``CONFIDENCE``."""
+    p = welch_p(a, b)
+    return p is not None and p < 1 - CONFIDENCE
+
+
+def holm_rejected(p_values: dict, level: float) -> set:
+    """The keys of ``p_values`` whose hypotheses Holm's step-down procedure rejects at family-wise ``level``: in
+    increasing order of p, the j-th smallest (j = 0, 1, ...) is rejected while p <= level / (m - j), m the number
+    of hypotheses; the first that is not stops it."""
+    rejected = set()
+    for step, (key, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
+        if p > level / (len(p_values) - step):
+            break
+        rejected.add(key)
+    return rejected
+
+
+def seeds_to_tell_apart(a: Estimate, b: Estimate, comparisons: int) -> float | None:
+    """Seeds per entry that would tell apart two entries whose means differ as ``a``'s and ``b``'s do, with their
+    spread, with probability ``POWER``, in a two-sided test at level (1 - ``CONFIDENCE``) / ``comparisons`` (the
+    Bonferroni level: Holm's first step, the strictest): n = 2 (z_(1-alpha/2) + z_power)^2 s^2 / d^2, s^2 the mean of
+    the two sample variances and d the difference of the means (the normal approximation; at least 2). ``math.inf``
+    where the means are equal up to round-off (no difference to find); None where either has one seed."""
+    if a.std is None or b.std is None:
+        return None
+    difference = abs(a.mean - b.mean)
+    if difference <= ROUND_OFF * max(1.0, abs(a.mean), abs(b.mean)):
+        return math.inf
+    alpha = (1 - CONFIDENCE) / max(comparisons, 1)
+    z = scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(POWER)
+    return float(max(2, math.ceil(2 * z ** 2 * (a.std ** 2 + b.std ** 2) / 2 / difference ** 2)))
 
 
 @dataclass
@@ -155,12 +194,23 @@ class Entry:
     shares_method: bool = False
     """The task's tracks hold other configurations of this method (set by :func:`tracks`)."""
     rank: int = 0
-    """1 + how many entries of the track are significantly better (set by :func:`rank_entries`)."""
+    """Its place in the order of the track's means (set by :func:`rank_entries`)."""
     tied: bool = False
-    """Another entry of the track shares the rank."""
+    """Another entry of the track has the same means, and so the same rank."""
+    apart_from_first: bool | None = None
+    """Whether the seeds tell it apart from the track's first entry (Holm-corrected Welch tests); None for an entry
+    ranked 1, or with one seed (set by :func:`rank_entries`)."""
+    seeds_needed: float | None = None
+    """For an entry not told apart from the first: the seeds per entry its difference would need
+    (:func:`seeds_to_tell_apart`); None otherwise."""
     within_floor: bool | None = None
     """Within the reference's noise floor on every primary metric it publishes (None: it publishes none, or one
     seed)."""
+
+    @property
+    def in_top_group(self) -> bool:
+        """Ranked 1, or not told apart from the entry ranked 1 by its seeds."""
+        return self.rank == 1 or self.apart_from_first is False
 
     @property
     def identity(self) -> tuple[str, str, str | None]:
@@ -234,18 +284,6 @@ def rank_key(kind: str, entry: Entry) -> tuple[float, ...]:
     return tuple(-entry.estimate(m).mean if higher_is_better(m) else entry.estimate(m).mean for m in PRIMARY[kind])
 
 
-def significantly_better(kind: str, a: Entry, b: Entry) -> bool:
-    """Whether the seeds show ``a`` better than ``b``: on the first primary metric (of those both have) that
-    :func:`significantly_different` tells them apart on, ``a``'s mean is the better one. (:func:`rank_entries`
-    asks it only of an ``a`` ahead of ``b`` in the order of the means.)"""
-    for metric in PRIMARY[kind]:
-        if metric in a.metrics and metric in b.metrics:
-            mean_a, mean_b = a.estimate(metric), b.estimate(metric)
-            if significantly_different(mean_a, mean_b):
-                return (mean_a.mean > mean_b.mean) == higher_is_better(metric)
-    return False
-
-
 def within_noise_floor(track: Track, entry: Entry) -> bool | None:
     """Whether ``entry``'s seeds cannot be told from an independent run of the reference's sampler, as long and as
     autocorrelated but exact: on no primary metric whose noise floor the reference publishes (the distance such a run
@@ -266,18 +304,36 @@ def within_noise_floor(track: Track, entry: Entry) -> bool | None:
     return all(verdicts) if verdicts else None
 
 
+def _same_means(kind: str, a: Entry, b: Entry) -> bool:
+    """Whether the two entries' primary means are equal up to ``ROUND_OFF``."""
+    return all(abs(x - y) <= ROUND_OFF * max(1.0, abs(x), abs(y))
+               for x, y in zip(rank_key(kind, a), rank_key(kind, b)))
+
+
 def rank_entries(track: Track) -> None:
-    """Sets each entry's :attr:`~Entry.rank` (1 + the entries ahead of it in the order of the means that are
-    significantly better, none counting as better than one within the noise floor), :attr:`~Entry.tied` and
-    :attr:`~Entry.within_floor`, and orders the entries by rank, then by their means (:func:`rank_key`)."""
-    track.entries.sort(key=lambda entry: rank_key(track.kind, entry))
+    """Orders the entries by their means (:func:`rank_key`) and sets each one's :attr:`~Entry.rank` (its place;
+    equal means share it, :attr:`~Entry.tied`), :attr:`~Entry.within_floor`, and what its seeds tell against the
+    first entry: :attr:`~Entry.apart_from_first` (Welch's test on the first primary metric both report, every
+    comparison with the first corrected together by Holm's procedure, :func:`holm_rejected`) and, where not apart,
+    :attr:`~Entry.seeds_needed`."""
+    kind = track.kind
+    track.entries.sort(key=lambda entry: rank_key(kind, entry))
     for place, entry in enumerate(track.entries):
         entry.within_floor = within_noise_floor(track, entry)
-        entry.rank = 1 if entry.within_floor else 1 + sum(
-            significantly_better(track.kind, ahead, entry) for ahead in track.entries[:place])
+        ahead = track.entries[place - 1] if place else None
+        entry.rank = ahead.rank if ahead is not None and _same_means(kind, ahead, entry) else place + 1
     for entry in track.entries:
         entry.tied = sum(other.rank == entry.rank for other in track.entries) > 1
-    track.entries.sort(key=lambda entry: entry.rank)  # stable: by the means within a rank
+    first = track.entries[0]
+    metric = next(m for m in PRIMARY[kind] if m in first.metrics)
+    others = [entry for entry in track.entries if entry.rank > 1 and metric in entry.metrics]
+    p_values = {index: welch_p(first.estimate(metric), entry.estimate(metric)) for index, entry in enumerate(others)}
+    tested = {index: p for index, p in p_values.items() if p is not None}
+    rejected = holm_rejected(tested, 1 - CONFIDENCE)
+    for index, entry in enumerate(others):
+        entry.apart_from_first = None if p_values[index] is None else index in rejected
+        entry.seeds_needed = (seeds_to_tell_apart(first.estimate(metric), entry.estimate(metric), len(tested))
+                              if entry.apart_from_first is False else None)
 
 
 def primary_description(kind: str) -> str:
@@ -344,8 +400,8 @@ class Standing:
 
     @property
     def firsts(self) -> int:
-        """On how many of its tasks it is ranked 1 (alone or tied)."""
-        return self.ranks.count(1)
+        """On how many of its tasks it is in the top group (:attr:`Entry.in_top_group`)."""
+        return sum(entry.in_top_group for _, entry in self.places)
 
     @property
     def within_floor(self) -> int:

@@ -1,14 +1,15 @@
 """The leaderboard as Markdown, CSV, JSON, or one self-contained HTML page with embedded SVG plots.
 
 Every format shows, per track (task at a budget), the ranked method configurations (:mod:`leaderboard.ranking`:
-entries the seeds cannot tell apart share a rank, marked ``=``) with the mean over seeds of every metric and its
+in the order of their means, equal means sharing a rank, marked ``=``; whether the seeds tell each apart from the
+first, and if not, how many seeds its difference would need) with the mean over seeds of every metric and its
 95% Student-t interval (none for a single seed, shown ``n=1``), the seed count, whether the entry is within the
 reference's noise floor, the noise floor as the ceiling row, and the cost: epochs used and wall-clock seconds
 (means over seeds); then the same statistics on each test block (clean and shifted parts of the test set), with
 the noise floor of each. An entry that changed the task's network (MC dropout) is marked and footnoted, and
 carries ``architecture_change`` in CSV and JSON. Where two or more tasks share a budget, a summary across tasks
 comes first: each method configuration's mean rank over those tasks, the range of its ranks, and on how many it
-is ranked 1 and within the noise floor (:func:`ranking.standings`).
+is in the top group and within the noise floor (:func:`ranking.standings`).
 
 An entry is named by its method, then in parentheses its label where the submitter gave one, else its short
 config hash where the task holds other configurations of the method (:func:`ranking.entry_name`). Markdown
@@ -31,6 +32,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import numbers
 from collections.abc import Callable
 from html import escape
@@ -139,6 +141,25 @@ def rank_text(entry: Entry) -> str:
     return f"={entry.rank}" if entry.tied else str(entry.rank)
 
 
+def apart_text(entry: Entry) -> str:
+    """Whether the seeds tell the entry apart from the first (:attr:`Entry.apart_from_first`): ``first`` for an entry
+    ranked 1, ``n/a`` for one seed."""
+    if entry.rank == 1:
+        return "first"
+    return "n/a" if entry.apart_from_first is None else ("yes" if entry.apart_from_first else "no")
+
+
+def seeds_needed_text(entry: Entry) -> str:
+    """:attr:`Entry.seeds_needed` as a count, ``∞`` where the means are equal, empty where none was computed."""
+    needed = entry.seeds_needed
+    return "" if needed is None else ("∞" if math.isinf(needed) else f"{needed:.0f}")
+
+
+def _seeds_needed_number(entry: Entry) -> float | None:
+    """:attr:`Entry.seeds_needed` for JSON and CSV: a number, or None (none computed, or equal means)."""
+    return None if entry.seeds_needed is None or math.isinf(entry.seeds_needed) else int(entry.seeds_needed)
+
+
 def floor_text(within: bool | None) -> str:
     return "n/a" if within is None else ("yes" if within else "no")
 
@@ -172,12 +193,13 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
     names = track.metric_names
     floor = {"rank": "", "method": FLOOR_ROW, "seeds": "",
              **{quote(m): ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
-             "within floor": "", "epochs used": "", "verified": "", "wall s": "", "device": "", "submitted by": ""}
+             "told from #1": "", "seeds needed": "", "within floor": "", "epochs used": "", "verified": "", "wall s": "", "device": "", "submitted by": ""}
     rows = [floor]
     for entry in track.entries:
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
         rows.append({"rank": rank_text(entry), "method": entry_label(entry, quote), "seeds": len(entry.seeds),
                      **{quote(m): estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
+                     "told from #1": apart_text(entry), "seeds needed": seeds_needed_text(entry),
                      "within floor": floor_text(entry.within_floor),
                      "epochs used": "declared" if epochs is None else f"{epochs:g}",
                      "verified": quote(verified_text(entry)),
@@ -248,17 +270,18 @@ def _notes(all_tracks: list[Track], quote: Callable[[str], str] = str,
 
 SUMMARY_HEADING = "Summary across tasks"
 SUMMARY_EXPLANATION = ("Per budget held by two or more tasks: each method configuration's rank on each task it ran "
-                       "(as in the task's table: 1 + the entries significantly better), their mean and range (best "
-                       "to worst), on how many of those tasks it is ranked 1, alone or tied, and on how many within "
-                       "the reference's noise floor (of those whose reference publishes one). Tasks differ in their "
-                       "number of entries, and a method is ranked only on the tasks it ran")
+                       "(as in the task's table: its place in the order of the means), their mean and range (best "
+                       "to worst), on how many of those tasks it is in the top group (ranked 1, or not told apart "
+                       "from the first by its seeds), and on how many within the reference's noise floor (of those "
+                       "whose reference publishes one). Tasks differ in their number of entries, and a method is "
+                       "ranked only on the tasks it ran")
 
 
 def _summary_rows(found: list[Standing], quote: Callable[[str], str] = str) -> list[dict]:
     """The summary across tasks (``quote``: as for :func:`_display_rows`)."""
     return [{"budget": f"{s.budget:g}", "method": entry_name(s.entry, quote), "tasks": s.tasks,
              "mean rank": f"{s.mean_rank:.2f}", "ranks": f"{min(s.ranks)}–{max(s.ranks)}",
-             "ranked 1": f"{s.firsts}/{s.tasks}",
+             "top group": f"{s.firsts}/{s.tasks}",
              "within floor": "n/a" if s.floors == 0 else f"{s.within_floor}/{s.floors}"} for s in found]
 
 
@@ -317,7 +340,7 @@ def _summary_json(found: list[Standing]) -> list[dict]:
     return [{"budget": s.budget, "method": s.entry.method, "label": s.entry.label,
              "config_hash": s.entry.config_hash if s.entry.hash_shown else None, "tasks": s.tasks,
              "mean_rank": s.mean_rank, "best_rank": min(s.ranks), "worst_rank": max(s.ranks),
-             "ranked_first": s.firsts, "within_noise_floor_tasks": s.within_floor, "noise_floors_published": s.floors,
+             "in_top_group": s.firsts, "within_noise_floor_tasks": s.within_floor, "noise_floors_published": s.floors,
              "ranks": [{"task": t.task, "task_version": t.task_version, "rank": e.rank, "tied": e.tied}
                        for t, e in s.places]} for s in found]
 
@@ -336,7 +359,8 @@ def as_json(all_tracks: list[Track]) -> str:
             "task": t.task, "task_version": t.task_version, "kind": t.kind, "budget": t.budget,
             "reference_sha256": t.reference_sha256, "noise_floor": t.noise_floor, "blocks": t.blocks,
             "entries": [{
-                "rank": e.rank, "tied": e.tied, "within_noise_floor": e.within_floor, "method": e.method,
+                "rank": e.rank, "tied": e.tied, "apart_from_first": e.apart_from_first,
+                "seeds_needed": _seeds_needed_number(e), "within_noise_floor": e.within_floor, "method": e.method,
                 "label": e.label, "config_hash": e.config_hash, "config": e.config,
                 "source": e.source, "architecture_change": e.architecture_change, "seeds": e.seeds,
                 "metrics": {m: _statistics(values) for m, values in e.metrics.items()},
@@ -354,7 +378,7 @@ def as_json(all_tracks: list[Track]) -> str:
 
 STATISTICS = ("mean", "se", "ci_low", "ci_high")
 """Per metric in CSV: the mean over seeds, its standard error and its interval (:func:`ranking.estimate`)."""
-SUMMARY_COLUMNS = ("tasks", "mean_rank", "best_rank", "worst_rank", "ranked_first", "within_noise_floor_tasks",
+SUMMARY_COLUMNS = ("tasks", "mean_rank", "best_rank", "worst_rank", "in_top_group", "within_noise_floor_tasks",
                    "noise_floors_published")
 
 
@@ -366,14 +390,16 @@ def _flag(value: bool | None) -> int | None:
 def as_csv(all_tracks: list[Track]) -> str:
     """Rows of two sections (the ``section`` column): ``summary``, one row per :class:`ranking.Standing` (task and
     block empty; the ``SUMMARY_COLUMNS``); then ``track``, per track and block (``all``, the whole test set, first,
-    then each test block) one noise-floor line and one line per entry: its rank, ``tied`` and
-    ``within_noise_floor`` (1 or 0; empty where no floor is published), the seeds (``seeds`` their count,
+    then each test block) one noise-floor line and one line per entry: its rank, ``tied``, ``apart_from_first``
+    (1 or 0; empty for an entry ranked 1 or of one seed), ``seeds_needed`` (empty where none was computed or the
+    means are equal) and ``within_noise_floor`` (1 or 0; empty where no floor is published), the seeds (``seeds`` their count,
     ``seed_ids`` which), per metric the ``STATISTICS`` columns. Several notes of an entry are one per line.
 
     Safe to open in a spreadsheet: numbers are written as numbers (unquoted), every text cell is quoted and goes
     through :func:`csv_text` (each element of a ``;``-joined list too), so no stored text runs as a formula."""
     names = list(dict.fromkeys(m for t in all_tracks for m in t.metric_names))
-    header = ["section", "task", "task_version", "budget", "block", "rank", "tied", "method", "label", "config_hash",
+    header = ["section", "task", "task_version", "budget", "block", "rank", "tied", "apart_from_first", "seeds_needed",
+              "method", "label", "config_hash",
               "architecture_change", "seeds", "seed_ids", *[f"{m}_{stat}" for m in names for stat in STATISTICS],
               "within_noise_floor", "epochs_used_mean", "verified_seeds", "verified_how", "wall_seconds_mean",
               "devices", "submitters", "notes", *SUMMARY_COLUMNS]
@@ -388,7 +414,7 @@ def as_csv(all_tracks: list[Track]) -> str:
         write({"section": "summary", "budget": _csv_number(s.budget), "method": s.entry.method, "label": s.entry.label,
                "config_hash": s.entry.config_hash if s.entry.hash_shown else None, "tasks": s.tasks,
                "mean_rank": s.mean_rank, "best_rank": min(s.ranks), "worst_rank": max(s.ranks),
-               "ranked_first": s.firsts, "within_noise_floor_tasks": s.within_floor,
+               "in_top_group": s.firsts, "within_noise_floor_tasks": s.within_floor,
                "noise_floors_published": s.floors})
     for t in all_tracks:
         for block in (OVERALL_BLOCK, *t.blocks):
@@ -402,7 +428,8 @@ def as_csv(all_tracks: list[Track]) -> str:
                     value = estimate(values)
                     low, high = value.interval or (None, None)
                     cells.update(zip((f"{m}_{stat}" for stat in STATISTICS), (value.mean, value.se, low, high)))
-                write({**track_cells, "rank": e.rank, "tied": _flag(e.tied), "method": e.method, "label": e.label,
+                write({**track_cells, "rank": e.rank, "tied": _flag(e.tied), "apart_from_first": _flag(e.apart_from_first),
+                       "seeds_needed": _seeds_needed_number(e), "method": e.method, "label": e.label,
                        "config_hash": e.config_hash, "architecture_change": e.architecture_change,
                        "seeds": len(e.seeds), "seed_ids": ";".join(str(seed) for seed in e.seeds), **cells,
                        "within_noise_floor": _flag(e.within_floor),

@@ -29,7 +29,7 @@ import numpy as np
 from bench import records
 from bench.errors import BenchError, DamagedFile
 from leaderboard.ranking import PRIMARY, entry_label, tracks
-from leaderboard.render import estimate_text, floor_text, rank_text
+from leaderboard.render import apart_text, estimate_text, floor_text, rank_text
 from leaderboard.store import OVERALL_BLOCK, RunRow
 
 FOLDER = Path(__file__).resolve().parent / "shipped"
@@ -117,30 +117,32 @@ def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None) -> Run
 
 
 def readme_table(shipped: list[RunRow]) -> str:
-    """The README's table: per task at the largest shipped budget, the reference's noise floor, then the best
+    """The README's table: per task at the largest shipped budget, the reference's noise floor, then the first
     :data:`README_PLACES` entries (with any tied with the last), their primary metrics as mean ± 95% t-interval over
-    the seeds, and whether they are within the floor."""
+    the seeds, whether their seeds tell them apart from the first, and whether they are within the floor."""
     budget = max(BUDGETS)
     lines = []
     for kind in ("classification", "regression"):
         names = PRIMARY[kind]
         kind_tracks = [t for t in tracks([row for row in shipped if row.budget == budget]) if t.kind == kind]
         if kind_tracks:
-            lines += ["", f"| {kind} task | rank | method | {' | '.join(HEADINGS[m] for m in names)} | within floor |",
-                      "|" + "---|" * (len(names) + 4)]
+            lines += ["", f"| {kind} task | rank | method | {' | '.join(HEADINGS[m] for m in names)} | told from #1 | "
+                          "within floor |", "|" + "---|" * (len(names) + 5)]
         for track in kind_tracks:
             floor = " | ".join("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}" for m in names)
-            lines.append(f"| {track.task} | | HMC noise floor | {floor} | |")
+            lines.append(f"| {track.task} | | HMC noise floor | {floor} | | |")
             last = track.entries[min(README_PLACES, len(track.entries)) - 1].rank
             for entry in (e for e in track.entries if e.rank <= last):
                 name = entry_label(entry).replace(f" ({LABEL})", "")
                 lines.append(f"| | {rank_text(entry)} | {name} | "
                              f"{' | '.join(estimate_text(entry.metrics[m]) for m in names)} | "
-                             f"{floor_text(entry.within_floor)} |")
-    intro = (f"Budget {budget:g} epochs, {len(SEEDS)} seeds; the best {README_PLACES} methods per task (more where "
-             "ranks tie: `=`), mean ± the half-width of the 95% Student-t interval over the seeds. Classification "
-             "ranks by agreement with the reference's predictions (higher is better), then total variation; "
-             "regression by W2 (lower is better). Every method, budget and block: `python -m bench leaderboard`.")
+                             f"{apart_text(entry)} | {floor_text(entry.within_floor)} |")
+    intro = (f"Budget {budget:g} epochs, {len(SEEDS)} seeds; the first {README_PLACES} methods per task in the order of "
+             "their means (more where means tie: `=`), mean ± the half-width of the 95% Student-t interval over the "
+             "seeds. Classification ranks by agreement with the reference's predictions (higher is better), then "
+             "total variation; regression by W2 (lower is better). Told from #1: whether the seeds tell the method "
+             "apart from the first (Welch's test, Holm-corrected over the task's methods; docs/leaderboard.md). "
+             "Every method, budget and block, with the seeds a difference would need: `python -m bench leaderboard`.")
     return "\n".join([README_BEGIN, "", intro, *lines, "", README_END])
 
 

@@ -90,7 +90,7 @@ def test_the_readme_table_ranks_each_task_s_best_entries_at_the_largest_budget(s
     lines = table.splitlines()
     assert lines[0] == shipped.README_BEGIN and lines[-1] == shipped.README_END
     floor = load_reference(get_task("digits")).noise_floor["all"]
-    digits = lines.index(f"| digits | | HMC noise floor | {floor['agreement']:.4f} | {floor['total_variation']:.4f} | |")
+    digits = lines.index(f"| digits | | HMC noise floor | {floor['agreement']:.4f} | {floor['total_variation']:.4f} | | |")
     assert lines[digits + 1].startswith("| | 1 | de | ") and lines[digits + 2].startswith("| | 2 | sgd | ")
     assert any(line.startswith("| toy-gap | | HMC noise floor | ") for line in lines)
     text = f"# x\n\n{shipped.README_BEGIN}\nold\n{shipped.README_END}\n\nafter\n"
