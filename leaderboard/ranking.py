@@ -63,6 +63,24 @@ ROUND_OFF = 1e-12
 HIGHER_IS_BETTER = {"agreement", "accuracy", "log_likelihood", "competition_w"}
 """Every other metric (total_variation, w1, w2, nll, ece, rmse) is better when lower."""
 
+METRIC_RANGE: dict[str, tuple[float, float]] = {
+    **{name: (0.0, 1.0) for name in ("agreement", "total_variation", "accuracy", "ece")},
+    **{name: (0.0, math.inf) for name in ("w1", "w2", "rmse", "nll")},
+    "competition_w": (-math.inf, 0.0),
+}
+"""The values each metric can take (bench.metrics): an interval shown as bounds is cut to them
+(:func:`bounded_interval`). A metric not named here (the regression log-likelihood) is unbounded."""
+
+
+def bounded_interval(metric: str, value: "Estimate") -> tuple[float, float] | None:
+    """The estimate's interval cut to the values ``metric`` can take (:data:`METRIC_RANGE`): a mean of 0.98 with a
+    half-width of 0.05 is [0.93, 1] in agreement. None for one seed."""
+    if value.interval is None:
+        return None
+    low, high = METRIC_RANGE.get(metric, (-math.inf, math.inf))
+    return max(value.interval[0], low), min(value.interval[1], high)
+
+
 PRIMARY: dict[str, tuple[str, ...]] = {"classification": ("agreement", "total_variation"), "regression": ("w2",)}
 METRIC_ORDER: dict[str, tuple[str, ...]] = {
     "classification": ("agreement", "total_variation", "accuracy", "nll", "ece"),

@@ -51,6 +51,7 @@ from leaderboard.ranking import (
     Entry,
     Standing,
     Track,
+    bounded_interval,
     by_task,
     changed_network_notes,
     entry_label,
@@ -329,11 +330,13 @@ def markdown(all_tracks: list[Track]) -> str:
     return "\n".join(parts)
 
 
-def _statistics(values: list[float]) -> dict:
-    """A metric over seeds for JSON: the values (in seed order), n, mean, std, standard error, the interval."""
+def _statistics(metric: str, values: list[float]) -> dict:
+    """A metric over seeds for JSON: the values (in seed order), n, mean, std, standard error, the interval (cut to
+    the metric's range: :func:`ranking.bounded_interval`)."""
     value = estimate(values)
+    interval = bounded_interval(metric, value)
     return {"mean": value.mean, "n": value.n, "std": value.std, "se": value.se,
-            "ci": None if value.interval is None else list(value.interval), "values": values}
+            "ci": None if interval is None else list(interval), "values": values}
 
 
 def _summary_json(found: list[Standing]) -> list[dict]:
@@ -363,8 +366,8 @@ def as_json(all_tracks: list[Track]) -> str:
                 "seeds_needed": _seeds_needed_number(e), "within_noise_floor": e.within_floor, "method": e.method,
                 "label": e.label, "config_hash": e.config_hash, "config": e.config,
                 "source": e.source, "architecture_change": e.architecture_change, "seeds": e.seeds,
-                "metrics": {m: _statistics(values) for m, values in e.metrics.items()},
-                "metrics_by_block": {block: {m: _statistics(values) for m, values in metrics.items()}
+                "metrics": {m: _statistics(m, values) for m, values in e.metrics.items()},
+                "metrics_by_block": {block: {m: _statistics(m, values) for m, values in metrics.items()}
                                      for block, metrics in e.metrics_by_block.items()},
                 "epochs_used_mean": _optional_mean(e.epochs_used), "verified_seeds": e.verified,
                 "verified_how": e.verified_how,
@@ -377,7 +380,8 @@ def as_json(all_tracks: list[Track]) -> str:
 
 
 STATISTICS = ("mean", "se", "ci_low", "ci_high")
-"""Per metric in CSV: the mean over seeds, its standard error and its interval (:func:`ranking.estimate`)."""
+"""Per metric in CSV: the mean over seeds, its standard error and its interval (:func:`ranking.estimate`, cut to the
+metric's range: :func:`ranking.bounded_interval`)."""
 SUMMARY_COLUMNS = ("tasks", "mean_rank", "best_rank", "worst_rank", "in_top_group", "within_noise_floor_tasks",
                    "noise_floors_published")
 
@@ -426,7 +430,7 @@ def as_csv(all_tracks: list[Track]) -> str:
                 cells = {}
                 for m, values in metrics.items():
                     value = estimate(values)
-                    low, high = value.interval or (None, None)
+                    low, high = bounded_interval(m, value) or (None, None)
                     cells.update(zip((f"{m}_{stat}" for stat in STATISTICS), (value.mean, value.se, low, high)))
                 write({**track_cells, "rank": e.rank, "tied": _flag(e.tied), "apart_from_first": _flag(e.apart_from_first),
                        "seeds_needed": _seeds_needed_number(e), "method": e.method, "label": e.label,
@@ -463,8 +467,9 @@ def _fidelity_charts(task_tracks: list[Track], styles: dict[tuple, svg.Style]) -
     for metric in PRIMARY[first.kind]:
         series = []
         for identity, style in styles.items():
-            points = tuple((t.budget, e.estimate(metric).mean, e.estimate(metric).half_width) for t in task_tracks
-                           for e in t.entries if e.identity == identity and metric in e.metrics)
+            points = tuple((t.budget, e.estimate(metric).mean, *(bounded_interval(metric, e.estimate(metric))
+                                                                    or (None, None)))
+                           for t in task_tracks for e in t.entries if e.identity == identity and metric in e.metrics)
             series.append(svg.Series(entry_label(entries[identity]), points, style))
         floor = first.floor(metric)
         if floor is not None:
@@ -479,7 +484,7 @@ def _reliability_chart(track: Track, styles: dict[tuple, svg.Style]) -> str | No
     """Reliability diagram of every entry on ``track`` with labelled test points, seeds pooled; the legend in the
     order of the task's other charts."""
     entries = sorted((e for e in track.entries if e.reliability), key=lambda e: list(styles).index(e.identity))
-    series = [svg.Series(entry_label(e), tuple((x, y, None) for x, y in reliability.pooled_curve(e.reliability)),
+    series = [svg.Series(entry_label(e), tuple((x, y, None, None) for x, y in reliability.pooled_curve(e.reliability)),
                          styles[e.identity]) for e in entries]
     if not series:
         return None
@@ -496,7 +501,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; 
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f2f2f2; }
-tbody tr:first-child td { font-style: italic; color: #555; }
+tbody tr.floor td { font-style: italic; color: #555; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; }
 svg .title { font-size: 13px; font-weight: bold; }
 svg .tick, svg .legend { font-size: 11px; }
@@ -508,6 +513,19 @@ svg .axis { stroke: #999; }
 """
 
 
+def _html_table(rows: list[dict]) -> str:
+    """tabulate's HTML table of ``rows`` (which escapes every cell), each noise-floor row (no rank, the method cell
+    :data:`FLOOR_ROW`) marked ``class="floor"`` for the page's style: the summary's rows are none, and a table of
+    test blocks has one per block."""
+    table = tabulate(rows, headers="keys", tablefmt="html", disable_numparse=True)
+    head, body = table.split("<tbody>", 1)
+    before, *row_texts = body.split("<tr>")
+    floors = {index for index, row in enumerate(rows) if row.get("rank") == "" and row.get("method") == FLOOR_ROW}
+    return (f"{head}<tbody>{before}"
+            + "".join(('<tr class="floor">' if index in floors else "<tr>") + text
+                      for index, text in enumerate(row_texts)))
+
+
 def html_page(all_tracks: list[Track]) -> str:
     """One HTML file with inline CSS and SVG: no script, no external resource."""
     methods = sorted({e.method for t in all_tracks for e in t.entries})
@@ -515,8 +533,7 @@ def html_page(all_tracks: list[Track]) -> str:
     found = standings(all_tracks)
     if found:
         body.append(f'<section id="summary"><h2>{SUMMARY_HEADING}</h2><p>{escape(SUMMARY_EXPLANATION)}.</p>'
-                    + tabulate(_summary_rows(found, printable_text), headers="keys", tablefmt="html",
-                               disable_numparse=True) + "</section>")
+                    + _html_table(_summary_rows(found, printable_text)) + "</section>")
     for (task, version, _), task_tracks in by_task(all_tracks).items():
         styles = _styles(task_tracks, methods)
         charts = _fidelity_charts(task_tracks, styles)
@@ -526,14 +543,12 @@ def html_page(all_tracks: list[Track]) -> str:
         body.append('<div class="charts">' + "".join(charts + ([diagram] if diagram else [])) + "</div>")
         for track in task_tracks:
             body.append(f"<h3>{html_text(_heading(track))}</h3>")
-            body.append(tabulate(_display_rows(track, printable_text), headers="keys", tablefmt="html",
-                                 disable_numparse=True))
+            body.append(_html_table(_display_rows(track, printable_text)))
             body.extend(f"<p>{html_text(note)}</p>" for note in changed_network_notes(track))
             if track.blocks:
                 body.append(f"<p>{escape(BLOCKS_EXPLANATION)}.</p>")
                 # The block's name comes first in its rows: a stored name must not read as a separating line.
-                body.append(tabulate(_block_rows(track, printable_text), headers="keys", tablefmt="html",
-                                     disable_numparse=True))
+                body.append(_html_table(_block_rows(track, printable_text)))
             legend = _configuration_legend(track, html_text)
             if legend:
                 body.append(f"<p>{_legend_intro(track, html_text)}:</p>" + _html_list(legend))

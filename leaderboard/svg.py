@@ -7,11 +7,15 @@ through :func:`escape` (printable, then HTML-escaped), since method names come f
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from html import escape as html_escape
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22")
+PALETTE = ("#332288", "#cc6677", "#117733", "#88ccee", "#882255", "#ddcc77", "#44aa99", "#aa4499", "#999933")
+"""Paul Tol's "muted" qualitative scheme (Tol 2021, SRON/EPS/TN/09-002: indigo, rose, green, cyan, wine, sand, teal,
+purple, olive; its pale grey, meant for missing data, left out), whose colours stay distinct to colour-blind readers.
+No colour-blind-safe qualitative scheme has more than these 9 colours, so a page of more methods gives the 10th on
+a colour again, told apart by its line pattern (:data:`LINE_PATTERNS`) and named in the legend and each tooltip."""
 LINE_PATTERNS = (None, "2 3", "9 3 2 3")
 """Stroke dash arrays (None: solid) that tell apart methods sharing a colour once the palette is used up; the
 dashed "6 4" of reference lines (noise floor, diagonal) is not among them."""
@@ -57,10 +61,10 @@ REFERENCE_STYLE = Style("#555555", "6 4", None)
 
 @dataclass(frozen=True)
 class Series:
-    """Points ``(x, y, error)`` (error: half-length of the error bar, or None) drawn as one line."""
+    """Points ``(x, y, low, high)`` (the error bar's ends, or None and None for none) drawn as one line."""
 
     name: str
-    points: tuple[tuple[float, float, float | None], ...]
+    points: tuple[tuple[float, float, float | None, float | None], ...]
     style: Style
     full_width: bool = False
     """A level (one y value) drawn across the whole plot, whatever the x range: its x values are ignored."""
@@ -127,6 +131,38 @@ def _shortened(name: str) -> str:
     return name if len(name) <= LEGEND_CHARS else name[:LEGEND_CHARS - 1] + "\u2026"
 
 
+OFF_SCALE_MADS = 10.0
+"""A point more than this many median absolute deviations from the median of the other series' points at its x
+is off the scale of a linear chart whose range is chosen for it (:func:`off_scale`)."""
+
+
+def off_scale(series: list[Series]) -> set[tuple[int, int]]:
+    """The points, as (series index, point index), far from the rest at their x: among the points of the series
+    that are not reference lines at one x (three or more), those more than :data:`OFF_SCALE_MADS` median absolute
+    deviations from their median. One method far off then does not squash the others into a sliver of the plot."""
+    at_x: dict[float, list[tuple[tuple[int, int], float]]] = {}
+    for index, s in enumerate(series):
+        if not s.full_width:
+            for number, point in enumerate(s.points):
+                at_x.setdefault(point[0], []).append(((index, number), point[1]))
+    found = set()
+    for points in at_x.values():
+        if len(points) < 3:
+            continue
+        values = [y for _, y in points]
+        median = statistics.median(values)
+        spread = statistics.median(abs(y - median) for y in values)
+        found |= {key for key, y in points if spread > 0 and abs(y - median) > OFF_SCALE_MADS * spread}
+    return found
+
+
+def _off_scale_arrow(x: float, y: float, up: bool, color: str, text: str) -> str:
+    """A triangle inside the plot, its tip on the edge ``y`` the point lies beyond, its value in its title."""
+    tip, base = (y, y + 8) if up else (y, y - 8)
+    return (f'<polygon points="{x:.1f},{tip:.1f} {x - 5:.1f},{base:.1f} {x + 5:.1f},{base:.1f}" fill="{color}" '
+            f'class="off-scale"><title>{escape(text)}</title></polygon>')
+
+
 def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log_x: bool = False,
                x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None,
                y_scale: str = "auto") -> str:
@@ -136,14 +172,17 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     grows downwards by a row where labels would otherwise overlap). ``y_scale``: ``"linear"``, ``"log"`` or
     ``"auto"`` (log where :func:`log_scale_wanted` says so of the points' y values, never with a ``y_range``); a
     log axis says so in its label, has ticks at round numbers (:func:`_log_ticks`), and an error bar's end at or
-    below zero is drawn to the bottom of the plot."""
+    below zero is drawn to the bottom of the plot. On a linear axis whose range is chosen here, points far from the
+    rest at their x (:func:`off_scale`) are left out of the range and drawn at its edge as an arrow that names their
+    value; anything beyond the range is drawn at its edge."""
     xs = [p[0] for s in series if not s.full_width for p in s.points]
     centres = [p[1] for s in series for p in s.points]
     log_y = y_scale == "log" or (y_scale == "auto" and y_range is None and log_scale_wanted(centres))
     if log_y and min(centres) <= 0:
         raise ValueError("a log y axis needs positive values")
-    ys = [v for s in series for p in s.points for v in
-          ((p[1],) if p[2] is None else (p[1] - p[2], p[1] + p[2])) if not log_y or v > 0]
+    outside = off_scale(series) if not log_y and y_range is None else set()
+    ys = [v for index, s in enumerate(series) for number, p in enumerate(s.points) if (index, number) not in outside
+          for v in ((p[1],) if p[2] is None else (p[1], p[2], p[3])) if not log_y or v > 0]
     x_low, x_high = x_range or (min(xs), max(xs))
     y_low, y_high = y_range or (min(ys), max(ys))
     y_transform = math.log10 if log_y else float
@@ -166,7 +205,8 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     def py(y: float) -> float:
         if log_y and y <= 0:  # an error bar's end: the bar runs to the bottom of the plot
             return float(plot_bottom)
-        return MARGIN_TOP + (y_transform(y_high) - y_transform(y)) / (y_transform(y_high) - y_transform(y_low)) * plot_h
+        place = MARGIN_TOP + (y_transform(y_high) - y_transform(y)) / (y_transform(y_high) - y_transform(y_low)) * plot_h
+        return min(max(place, MARGIN_TOP), plot_bottom)  # beyond the range: at its edge
 
     x_ticks = sorted(set(xs)) if log_x else _nice_ticks(x_low, x_high)
     x_tick_labels = [f"{x:g}" for x in x_ticks]
@@ -195,15 +235,18 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
             level = py(s.points[0][1])
             path = f"{MARGIN_LEFT},{level:.1f} {MARGIN_LEFT + plot_w},{level:.1f}"
         else:
-            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in s.points)
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _, _ in s.points)
         dash = f' stroke-dasharray="{s.style.dash}"' if s.style.dash else ""
         parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}>'
                      f"<title>{escape(s.name)}</title></polyline>")
-        for x, y, error in s.points:
-            if error is not None:
-                parts.append(f'<line x1="{px(x):.1f}" y1="{py(y - error):.1f}" x2="{px(x):.1f}" '
-                             f'y2="{py(y + error):.1f}" stroke="{color}"/>')
-            if s.style.marker:
+        for number, (x, y, low, high) in enumerate(s.points):
+            if low is not None:
+                parts.append(f'<line x1="{px(x):.1f}" y1="{py(low):.1f}" x2="{px(x):.1f}" '
+                             f'y2="{py(high):.1f}" stroke="{color}"/>')
+            if (index, number) in outside:
+                parts.append(_off_scale_arrow(px(x), py(y), y > y_high, color,
+                                              f"{s.name}: {y:.4g} at {x:g}, off the scale"))
+            elif s.style.marker:
                 parts.append(_marker(s.style.marker, px(x), py(y), color))
         legend_x, legend_y = WIDTH - MARGIN_RIGHT + 12, MARGIN_TOP + 14 + 18 * index
         parts.append(f'<line x1="{legend_x}" y1="{legend_y - 4}" x2="{legend_x + 20}" y2="{legend_y - 4}" '
@@ -218,8 +261,8 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
 
 def horizontal(name: str, y: float) -> Series:
     """A dashed horizontal line across the plot at ``y`` (e.g. the reference's noise floor)."""
-    return Series(name, ((0.0, y, None),), REFERENCE_STYLE, full_width=True)
+    return Series(name, ((0.0, y, None, None),), REFERENCE_STYLE, full_width=True)
 
 
 def diagonal(name: str = "calibrated") -> Series:
-    return Series(name, ((0.0, 0.0, None), (1.0, 1.0, None)), REFERENCE_STYLE)
+    return Series(name, ((0.0, 0.0, None, None), (1.0, 1.0, None, None)), REFERENCE_STYLE)

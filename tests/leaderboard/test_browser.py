@@ -3,11 +3,14 @@ the tables and plots. Chromium is driven over its own DevTools pipe (``--remote-
 messages separated by NUL bytes on file descriptors 3 and 4), so no driver package is needed; without a
 Chromium installed the tests skip."""
 
+import base64
 import json
 import os
 import shutil
+import struct
 import subprocess
 import time
+import zlib
 
 import pytest
 
@@ -179,3 +182,89 @@ def test_the_browser_check_sees_errors_and_requests(browser, tmp_path):
     assert any("boom" in p for p in problems)
     assert any(p.startswith("exception") for p in problems)
     assert any("example.invalid" in p for p in problems)
+
+
+def _png_pixels(png: bytes) -> set[tuple[int, int, int]]:
+    """The colours of an 8-bit, non-interlaced RGB or RGBA PNG (what Chromium's screenshots are), decoded here: the
+    chunks' IDAT data inflated, each row's filter undone (PNG specification, section 9)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    position, data = 8, b""
+    while position < len(png):
+        length = int.from_bytes(png[position:position + 4], "big")
+        kind, body = png[position + 4:position + 8], png[position + 8:position + 8 + length]
+        position += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and colour in (2, 6) and interlace == 0
+        elif kind == b"IDAT":
+            data += body
+    raw, size = zlib.decompress(data), {2: 3, 6: 4}[colour]
+    stride, previous, colours = width * size, bytearray(width * size), set()
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - size] if i >= size else 0
+            up, corner = previous[i], previous[i - size] if i >= size else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 2:
+                line[i] = (line[i] + up) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                guess = left + up - corner
+                near = min((abs(guess - left), 0, left), (abs(guess - up), 1, up), (abs(guess - corner), 2, corner))
+                line[i] = (line[i] + near[2]) & 255
+        colours.update(tuple(line[i:i + 3]) for i in range(0, stride, size))
+        previous = line
+    return colours
+
+
+def test_the_page_looks_right_in_a_screenshot(browser, tmp_path):
+    """Twelve methods on a task, one far off: in a screenshot of its agreement chart every colour of the colour-blind-
+    safe palette shows, the far method is an arrow inside the plot's frame (not an axis pulled down to it), only
+    the noise-floor rows are set in italics, and every interval of a bounded metric stays in [0, 1]."""
+    from leaderboard import svg
+    from leaderboard.store import RunRow
+
+    def rows(method, task, agreement):
+        return [RunRow(task=task, task_version=1, task_fingerprint="f", task_kind="classification", method=method,
+                       budget=float(budget), seed=seed, reference_sha256="r", config_hash="c", config={},
+                       source="run", predictions_sha256=f"p{seed}", epochs_used=float(budget), test_passes=1.0,
+                       wall_seconds=1.0, device="cpu", versions={},
+                       noise_floor={"all": {"agreement": 0.997, "total_variation": 0.007}}, reliability=None,
+                       submitter="a", notes="", finished_at=None, submitted_at="now",
+                       metrics={"all": {"agreement": min(1.0, agreement + 0.004 * seed + 0.01 * (budget == 100)),
+                                        "total_variation": 1 - agreement}})
+                for budget in (10, 100) for seed in range(3)]
+
+    board = [row for index in range(11) for task in ("digits", "digits-cnn")
+             for row in rows(f"method-{index:02d}", task, 0.95 + 0.003 * index)]
+    board += rows("far-off", "digits", 0.5) + rows("far-off", "digits-cnn", 0.5)
+    page = tmp_path / "page.html"
+    page.write_text(html_page(ranking.tracks(board)))
+    browser.call("Emulation.setDeviceMetricsOverride", session=True, width=1300, height=1000, deviceScaleFactor=1,
+                 mobile=False)
+    browser.load(page.as_uri())
+    assert browser.problems() == []
+    chart = browser.evaluate("(() => { const r = [...document.querySelectorAll('svg')].find(s => s.getAttribute("
+                             "'aria-label').includes('agreement against budget')).getBoundingClientRect(); "
+                             "return [r.x + window.scrollX, r.y + window.scrollY, r.width, r.height]; })()")
+    shot = browser.call("Page.captureScreenshot", session=True, format="png", captureBeyondViewport=True,
+                        clip={"x": chart[0], "y": chart[1], "width": chart[2], "height": chart[3], "scale": 1})
+    (tmp_path / "agreement-chart.png").write_bytes(base64.b64decode(shot["data"]))
+    colours = _png_pixels(base64.b64decode(shot["data"]))
+    missing = [c for c in svg.PALETTE if tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) not in colours]
+    assert missing == [], f"palette colours not drawn: {missing}"
+    inside = browser.evaluate("""[...document.querySelectorAll('svg polygon.off-scale')].map(arrow => {
+        const frame = arrow.ownerSVGElement.querySelector('rect.frame').getBoundingClientRect();
+        const box = arrow.getBoundingClientRect();
+        return box.top >= frame.top - 1 && box.bottom <= frame.bottom + 1; })""")
+    assert inside and all(inside), inside
+    ticks = browser.evaluate("[...[...document.querySelectorAll('svg')].find(s => s.getAttribute('aria-label')"
+                             ".includes('agreement against budget')).querySelectorAll('text.tick[text-anchor=end]')]"
+                             ".map(t => t.textContent)")
+    assert ticks and min(float(t) for t in ticks) > 0.9, f"the far method pulled the axis down: {ticks}"
+    styles = browser.evaluate("[...document.querySelectorAll('tbody tr')].map(tr => [tr.textContent.includes("
+                              "'HMC noise floor'), getComputedStyle(tr.cells[0]).fontStyle])")
+    assert {(floor, style) for floor, style in styles} == {(True, "italic"), (False, "normal")}

@@ -365,6 +365,17 @@ def test_the_summary_gives_each_method_its_mean_rank_over_the_tasks_in_every_for
                                                                  summary_table)
 
 
+def test_the_page_styles_each_noise_floor_row_and_no_other(two_tasks):
+    """The summary's first row was styled as a noise floor: the style now goes to the floor rows alone, found by
+    their place, so an entry whose method is named like the floor row is not one."""
+    page = render(two_tasks + rows_of("HMC noise floor", around(0.3, 0.01)), "html")
+    summary = page.split('<section id="summary">')[1].split("</section>")[0]
+    assert 'class="floor"' not in summary
+    floors = re.findall(r'<tr class="floor">(.*?)</tr>', page)
+    assert len(floors) == 3 and all(re.match(r"<td>\s*</td><td>HMC noise floor", row) for row in floors), floors
+    assert "tbody tr.floor td" in page and "first-child" not in page
+
+
 def test_a_board_of_one_task_has_no_summary():
     rows = rows_of("a", around(0.1, 0.01)) + rows_of("b", around(0.2, 0.01))
     assert "Summary" not in render(rows, "md") and "summary" not in render(rows, "html")
@@ -379,8 +390,13 @@ def y_ticks(chart: str) -> list[tuple[float, str]]:
             re.findall(r'<text x="[\d.]+" y="([\d.]+)" class="tick" text-anchor="end">([^<]*)</text>', chart)]
 
 
+def _bar(mean: float, error: float | None) -> tuple[float | None, float | None]:
+    return (None, None) if error is None else (mean - error, mean + error)
+
+
 def chart_of(means: list[float], floor: float | None = None, error: float | None = 0.01) -> str:
-    series = [svg.Series(f"m{i}", ((10.0, mean, error), (100.0, mean * 0.9, error)), svg.series_style(i, 0))
+    series = [svg.Series(f"m{i}", ((10.0, mean, *_bar(mean, error)), (100.0, mean * 0.9, *_bar(mean * 0.9, error))),
+                         svg.series_style(i, 0))
               for i, mean in enumerate(means)]
     if floor is not None:
         series.append(svg.horizontal("floor", floor))
@@ -418,6 +434,46 @@ def test_on_a_log_axis_an_error_bar_below_zero_runs_to_the_bottom():
     bars = [tuple(map(float, bar)) for bar in re.findall(
         r'<line x1="[\d.]+" y1="([\d.]+)" x2="[\d.]+" y2="([\d.]+)" stroke="#[0-9a-f]+"/>', chart)]
     assert any(y1 == bottom for y1, _ in bars) and all(svg.MARGIN_TOP <= y <= bottom for bar in bars for y in bar)
+
+
+def agreement_chart(means: list[float], error: float = 0.005) -> str:
+    series = [svg.Series(f"m{i}", ((10.0, mean, mean - error, mean + error),), svg.series_style(i, 0))
+              for i, mean in enumerate(means)]
+    return svg.line_chart("t", [*series, svg.horizontal("floor", 0.997)], "budget", "agreement", log_x=True)
+
+
+def test_one_method_far_off_is_an_arrow_at_the_edge_and_the_others_keep_the_axis():
+    """Agreement 0.60 beside 0.97-0.99 pulled the linear axis down to 0.6 and squashed the others into a sliver: it is
+    now drawn as an arrow at the bottom edge naming its value, and the axis spans the others and the floor."""
+    chart = agreement_chart([0.975, 0.98, 0.985, 0.99, 0.60])
+    values = [float(text) for _, text in y_ticks(chart)]
+    assert min(values) >= 0.96 and max(values) <= 1.0, values
+    arrows = re.findall(r'<polygon points="[^"]*" fill="#[0-9a-f]+" class="off-scale"><title>([^<]*)</title>', chart)
+    assert arrows == ["m4: 0.6 at 10, off the scale"]
+    assert svg.off_scale(svg_series := [svg.Series(f"m{i}", ((10.0, m, None, None),), svg.series_style(i, 0))
+                                       for i, m in enumerate([0.975, 0.98, 0.985])]) == set(), svg_series
+    # two points at an x are never called off the scale of each other; the others' spread decides, per x
+    assert svg.off_scale([svg.Series("a", ((10.0, 0.6, None, None), (100.0, 0.98, None, None)), svg.series_style(0, 0)),
+                          svg.Series("b", ((10.0, 0.62, None, None), (100.0, 0.985, None, None)), svg.series_style(1, 0)),
+                          svg.Series("c", ((10.0, 0.61, None, None), (100.0, 0.99, None, None)), svg.series_style(2, 0))
+                          ]) == set(), "a low budget where every method is low is no outlier"
+    assert "off-scale" not in agreement_chart([0.975, 0.98, 0.985, 0.99])
+
+
+def test_bounded_metrics_intervals_stay_in_their_range_in_every_format():
+    """Agreement 0.995 ± 0.0124 (3 seeds) would reach 1.007: its interval is cut at 1 in JSON, CSV and the plot."""
+    rows = [RunRow(task="digits", task_version=1, task_fingerprint="f", task_kind="classification", method="m",
+                   budget=10.0, seed=seed, reference_sha256="r", config_hash="c", config={}, source="run",
+                   predictions_sha256=f"p{seed}", epochs_used=10.0, test_passes=1.0, wall_seconds=1.0, device="cpu",
+                   versions={}, noise_floor=None, reliability=None, submitter="a", notes="", finished_at=None,
+                   submitted_at="now", metrics={"all": {"agreement": a, "total_variation": t}})
+            for seed, (a, t) in enumerate(zip([0.99, 0.995, 1.0], [0.001, 0.004, 0.007]))]
+    statistics = json.loads(render(rows, "json"))["tracks"][0]["entries"][0]["metrics"]
+    assert statistics["agreement"]["ci"][1] == 1.0 and statistics["agreement"]["ci"][0] < 0.99
+    assert statistics["total_variation"]["ci"][0] == 0.0 and statistics["total_variation"]["ci"][1] > 0.007
+    record = next(r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["rank"])
+    assert float(record["agreement_ci_high"]) == 1.0 and float(record["total_variation_ci_low"]) == 0.0
+    assert ranking.bounded_interval("log_likelihood", ranking.estimate([-1.0, 0.0, 1.0]))[0] < -1.0, "unbounded"
 
 
 def test_the_pages_fidelity_chart_turns_logarithmic_when_one_method_is_far_off():

@@ -93,7 +93,7 @@ def test_empty_selection_and_missing_database_are_clear_errors(board, tmp_path, 
 def test_noise_floor_spans_the_plot_even_with_a_single_budget():
     from leaderboard import svg
 
-    chart = svg.line_chart("t", [svg.Series("m", ((20.0, 0.9, 0.01),), svg.Style("#000000")), svg.horizontal("floor", 0.99)],
+    chart = svg.line_chart("t", [svg.Series("m", ((20.0, 0.9, 0.89, 0.91),), svg.Style("#000000")), svg.horizontal("floor", 0.99)],
                            "budget", "agreement", log_x=True)
     left, right = svg.MARGIN_LEFT, svg.WIDTH - svg.MARGIN_RIGHT
     floor_line = [part for part in chart.split("<polyline") if "<title>floor</title>" in part][0]
@@ -294,7 +294,7 @@ def x_tick_labels(chart: str) -> list[tuple[float, float, str]]:
 def test_every_budget_has_a_tick_label_and_no_two_labels_overlap(budgets):
     from leaderboard import svg
 
-    series = svg.Series("m", tuple((b, 1 / b, 0.01) for b in budgets), svg.series_style(0, 0))
+    series = svg.Series("m", tuple((b, 1 / b, 1 / b - 0.01, 1 / b + 0.01) for b in budgets), svg.series_style(0, 0))
     chart = svg.line_chart("t", [series, svg.horizontal("floor", 0.0)], "budget", "w2", log_x=True)
     labels = x_tick_labels(chart)
     assert [text for _, _, text in labels] == [f"{b:g}" for b in budgets]
