@@ -198,3 +198,23 @@ def run_cli(capsys):
         out, err = capsys.readouterr()
         return code, out, err
     return run
+
+
+class Terminal(io.StringIO):
+    """A standard error that says it is a terminal, so that progress bars draw on it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def every_progress_update(monkeypatch):
+    """tqdm draws every update, however fast the run (its rate limit would otherwise skip them); returns
+    :class:`Terminal`, to be put in place of ``sys.stderr``."""
+    import tqdm.auto
+
+    class EveryUpdate(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs, mininterval=0, miniters=0)
+    monkeypatch.setattr(tqdm.auto, "tqdm", EveryUpdate)
+    return Terminal

@@ -5,7 +5,6 @@ dead worker fails only itself, and a run's result does not depend on the executo
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import shutil
@@ -286,32 +285,21 @@ def test_submit_adds_every_finished_run_of_the_sweep(tmp_path, run_cli):
     assert code == 0 and "alice" in json.dumps(entries)
 
 
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_names_the_run_and_counts_its_epochs_and_the_runs(tmp_path, monkeypatch):
+def test_progress_names_the_run_and_counts_its_epochs_and_the_runs(tmp_path, monkeypatch, every_progress_update):
     """On a terminal the runs bar counts runs done / total and the run's bar counts its epochs up to the budget,
     as the meter charges them (every update drawn, however fast the run)."""
-    import tqdm.auto
-
     from bench.cli import main
-
-    class EveryUpdate(tqdm.auto.tqdm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs, mininterval=0, miniters=0)
-    monkeypatch.setattr(tqdm.auto, "tqdm", EveryUpdate)
+    Terminal = every_progress_update
     for command in (("sweep", "--method", "sgd", "--seed", "0", "1"), ("run", "--method", "sgd", "--seed", "0",
                                                                          "--seed", "1")):
-        terminal = _Terminal()
+        terminal = Terminal()
         monkeypatch.setattr(sys, "stderr", terminal)
         assert main([*command, "--task", "toy-gap", "--budget", "2", "--out", str(tmp_path / command[0])]) == 0
         drawn = terminal.getvalue()
         for seed in (0, 1):
             assert f"toy-gap sgd budget 2 seed {seed}:" in drawn and "2.0/2 epochs" in drawn
         assert "0.2/2 epochs" in drawn and "| 2/2 [" in drawn
-        terminal = _Terminal()
+        terminal = Terminal()
         monkeypatch.setattr(sys, "stderr", terminal)
         assert main([*command, "--task", "toy-gap", "--budget", "2", "--out", str(tmp_path / command[0]) + "-quiet",
                      "--quiet"]) == 0

@@ -103,27 +103,16 @@ def test_cli_verify_and_submit_verify_mark_the_leaderboard(runs, honest, tmp_pat
     assert code == 2 and "does not reproduce" in err and err.count("\n") == 1
 
 
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
 def test_verify_and_submit_verify_count_their_runs_on_a_terminal_and_draw_nothing_when_quiet(runs, tmp_path,
-                                                                                           monkeypatch):
+                                                                                           monkeypatch, every_progress_update):
     """Re-executing runs takes as long as training them: on a terminal a bar counts the runs verified, and each
     run's line is printed above it; `--quiet` draws nothing."""
-    import tqdm.auto
-
     from bench.cli import main
-
-    class EveryUpdate(tqdm.auto.tqdm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs, mininterval=0, miniters=0)
-    monkeypatch.setattr(tqdm.auto, "tqdm", EveryUpdate)
+    Terminal = every_progress_update
     folders = [str(runs / f"budget-{budget}" / "seed-0") for budget in (5, 100)]
     for command in (["verify", *folders], ["submit", *folders, "--verify", "--name", "a"]):
         for quiet in (False, True):
-            terminal, printed = _Terminal(), io.StringIO()
+            terminal, printed = Terminal(), io.StringIO()
             monkeypatch.setattr(sys, "stderr", terminal)
             monkeypatch.setattr(sys, "stdout", printed)
             assert main([*command, *(["--quiet"] if quiet else []),

@@ -271,35 +271,25 @@ def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, r
     assert code == 0 and "check passed (exact)" in out
 
 
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_a_check_shows_its_runs_and_their_epochs_on_a_terminal_and_nothing_when_quiet(tmp_path, monkeypatch):
+def test_a_check_shows_its_runs_and_their_epochs_on_a_terminal_and_nothing_when_quiet(tmp_path, monkeypatch,
+                                                                                      every_progress_update):
     """`check` ran for minutes in silence: on a terminal a bar counts its runs (in workers too) and, for runs in its
     own process, one counts the run's epochs; `--quiet`, or a standard error that is no terminal, draws nothing."""
-    import tqdm.auto
-
     from bench.cli import main
-
-    class EveryUpdate(tqdm.auto.tqdm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs, mininterval=0, miniters=0)
-    monkeypatch.setattr(tqdm.auto, "tqdm", EveryUpdate)
+    Terminal = every_progress_update
     path = tmp_path / "baseline.json"
     update = ("check", "--update", "--baseline", str(path), "--method", "sgd", "--task", "toy-gap", "--seeds", "2",
               "--budget", "2")
     for command, workers in ((update, "1"), (("check", "--baseline", str(path)), "1"),
                              (("check", "--baseline", str(path)), "2")):
-        terminal = _Terminal()
+        terminal = Terminal()
         monkeypatch.setattr(sys, "stderr", terminal)
         assert main([*command, "--workers", workers]) == 0
         drawn = terminal.getvalue()
         assert "check: 100%" in drawn and "| 2/2 [" in drawn, drawn
         assert "last: toy-gap sgd budget 2 seed 1" in drawn, drawn
         assert ("2.0/2 epochs" in drawn) == (workers == "1"), drawn
-        for quiet, stream in (("--quiet", _Terminal()), *([(None, io.StringIO())] if command == update else [])):
+        for quiet, stream in (("--quiet", Terminal()), *([(None, io.StringIO())] if command == update else [])):
             monkeypatch.setattr(sys, "stderr", stream)
             assert main([*command, "--workers", workers, *([quiet] if quiet else [])]) == 0
             assert stream.getvalue() == ""
