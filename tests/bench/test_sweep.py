@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -306,37 +307,156 @@ def test_progress_names_the_run_and_counts_its_epochs_and_the_runs(tmp_path, mon
         assert terminal.getvalue() == ""
 
 
-def _start_local_ray(ray):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+RAY_TOLERANCE = {"health_check_period_ms": 10_000, "health_check_timeout_ms": 60_000,
+                 "health_check_failure_threshold": 20}
+"""Ray's health checks of its raylet, loosened from 3 s, 10 s and 5 misses: on a busy two-core CI machine the
+local cluster's raylet was declared dead mid-test (a NodeDiedError for every task, twice)."""
 
 
 @pytest.fixture
 def local_ray(monkeypatch):
     """A Ray instance of 2 CPUs on this machine, started in this process, whose workers would inherit
-    OMP_NUM_THREADS=2 (as from a cluster started in such a shell) unless a task sets its own."""
+    OMP_NUM_THREADS=2 (as from a cluster started in such a shell) unless a task sets its own. Where this machine
+    cannot start one, the test is skipped with Ray's reason: the machine's failure, not bdl-bench's."""
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    _start_local_ray(ray)
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 _system_config=RAY_TOLERANCE)
+    except Exception as error:  # Ray raises a bare Exception when its raylet does not start in 30 s
+        ray.shutdown()
+        pytest.skip(f"this machine could not start a local Ray cluster: {' '.join(str(error).split())}")
     yield ray
     ray.shutdown()
 
 
-def test_the_ray_executor_gives_the_local_results_and_reports_failures(tmp_path, run_cli, local_ray):
-    args = ("sweep", "--method", "sgd", "de", "--task", "diabetes-gap", "--budget", "2", "--seed", "0", "1", "--quiet")
-    code, out, err = run_cli(*args, "--executor", "ray", "--out", tmp_path / "ray")
-    if CLUSTER_FAILED in err:  # Ray's own raylet died under a busy CI machine once: not what this test guards
-        local_ray.shutdown()
-        _start_local_ray(local_ray)
-        shutil.rmtree(tmp_path / "ray")
-        code, out, err = run_cli(*args, "--executor", "ray", "--out", tmp_path / "ray")
+RAY_SWEEP = ("sweep", "--method", "sgd", "de", "--task", "diabetes-gap", "--budget", "2", "--seed", "0", "1", "--quiet")
+"""Four runs, two of which fail as bad input (de needs more than 2 epochs) in the task itself."""
+
+
+def test_a_real_ray_cluster_gives_the_local_results_on_the_tasks_own_threads(tmp_path, run_cli, local_ray):
+    """Ray itself: the runs pickled to its workers give the local executor's bits and one line a failure, on the
+    one torch thread the task asks for, not the cluster's two. Where the machine's cluster fails under the test
+    (its raylet killed), the sweep must say so of each run, exit 3; the rest cannot be checked then, and is skipped
+    (the fake Ray below holds the executor's logic on every machine)."""
+    code, out, err = run_cli(*RAY_SWEEP, "--executor", "ray", "--out", tmp_path / "ray")
+    if CLUSTER_FAILED in err:
+        failures = [line for line in err.splitlines() if "runs failed" not in line]
+        assert code == EXIT_ENVIRONMENT and all(CLUSTER_FAILED in line or "is too small" in line
+                                                for line in failures), err
+        pytest.skip(f"this machine's Ray cluster failed under the test: {failures[0]}")
     lines = err.splitlines()
     assert code == EXIT_BAD_INPUT and len(lines) == 3, err
     assert "diabetes-gap/de/budget-2/seed-0: de: a budget of 2 epochs is too small" in lines[0]
     assert "2 trained, 0 finished earlier, 2 failed" in out
-    run_cli(*args, "--out", tmp_path / "local")
+    run_cli(*RAY_SWEEP, "--out", tmp_path / "local")
     assert results(tmp_path / "ray") == results(tmp_path / "local") and len(results(tmp_path / "ray")) == 2
     assert {records.read_result(p.parent)["environment"]["torch_threads"]
             for p in (tmp_path / "ray").rglob(records.RESULT)} == {1}
+
+
+class FakeRay:
+    """The calls :func:`bench.executors.run_on_ray` makes of the ``ray`` module, without a cluster: a task runs in
+    this process when it is waited for, in the order submitted. ``dies``: (method, seed) of runs whose node dies
+    under them; ``interrupt_at``: the wait (counted from 1) at which Ctrl-C arrives; ``initialized``: whether the
+    caller started the cluster already."""
+
+    class RayError(Exception):
+        pass
+
+    class NodeDiedError(RayError):
+        pass
+
+    class WorkerCrashedError(RayError):
+        pass
+
+    def __init__(self, dies=(), interrupt_at: int | None = None, initialized: bool = False):
+        self.exceptions = types.SimpleNamespace(RayError=self.RayError, NodeDiedError=self.NodeDiedError,
+                                                WorkerCrashedError=self.WorkerCrashedError)
+        self.dies, self.interrupt_at, self.initialized = set(dies), interrupt_at, initialized
+        self.inits, self.options, self.cancelled, self.shutdowns, self.waits = [], [], [], 0, 0
+        self.tasks = {}
+
+    def is_initialized(self):
+        return self.initialized
+
+    def init(self, address=None, **_):
+        self.inits.append(address)
+        self.initialized = True
+
+    def shutdown(self):
+        self.shutdowns += 1
+        self.initialized = False
+
+    def nodes(self):
+        return [{"Alive": True, "Resources": {"CPU": 2.0}}]
+
+    def remote(self, function):
+        fake = self
+
+        class Task:
+            def options(self, **options):
+                fake.options.append(options)
+                return self
+
+            def remote(self, spec):
+                reference = f"ref-{len(fake.tasks)}"
+                fake.tasks[reference] = (function, spec)
+                return reference
+        return Task()
+
+    def wait(self, references, num_returns):
+        self.waits += 1
+        if self.waits == self.interrupt_at:
+            raise KeyboardInterrupt
+        return references[:num_returns], references[num_returns:]
+
+    def get(self, reference):
+        function, spec = self.tasks[reference]
+        if (spec.method, spec.seed) in self.dies:
+            raise self.NodeDiedError("Task failed because the node it was running on is dead or unavailable.")
+        return function(spec)
+
+    def cancel(self, reference, force):
+        assert force
+        self.cancelled.append(reference)
+
+
+def test_the_ray_executor_gives_the_local_results_asks_the_tasks_threads_and_names_each_failure(
+        tmp_path, run_cli, monkeypatch):
+    """Each run is one Ray task of --threads CPUs with the thread variables in its environment and no retry (the
+    next sweep retries); a node that died under one run fails that run alone as the cluster's (exit 3), and the
+    others give the local executor's bits; a cluster started here is shut down, one the caller chose is not."""
+    ray = FakeRay(dies={("sgd", 1)})
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    code, out, err = run_cli(*RAY_SWEEP, "--executor", "ray", "--threads", "1", "--out", tmp_path / "ray")
+    lines = err.splitlines()
+    assert code == EXIT_ENVIRONMENT and len(lines) == 4, err
+    assert sum(f"diabetes-gap/sgd/budget-2/seed-1: its Ray task failed: NodeDiedError: Task failed because the node "
+               f"it was running on is dead or unavailable. ({CLUSTER_FAILED}; run again to retry it)" in line
+               for line in lines) == 1
+    assert sum("de: a budget of 2 epochs is too small" in line for line in lines) == 2
+    assert "1 trained, 0 finished earlier, 3 failed" in out
+    assert ray.options == [{"num_cpus": 1, "num_gpus": 0, "max_retries": 0, "runtime_env": {"env_vars": {
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}}}]
+    assert (ray.inits, ray.shutdowns, ray.cancelled) == ([None], 1, [])
+    monkeypatch.delitem(sys.modules, "ray")
+    run_cli(*RAY_SWEEP, "--out", tmp_path / "local")
+    local = results(tmp_path / "local")
+    assert results(tmp_path / "ray") == {"diabetes-gap/sgd/budget-2/seed-0": local["diabetes-gap/sgd/budget-2/seed-0"]}
+    chosen = FakeRay(initialized=True)
+    monkeypatch.setitem(sys.modules, "ray", chosen)
+    run_cli(*RAY_SWEEP, "--executor", "ray", "--out", tmp_path / "chosen")
+    assert (chosen.inits, chosen.shutdowns) == ([], 0) and results(tmp_path / "chosen") == local
+
+
+def test_an_interrupted_ray_sweep_cancels_the_tasks_not_yet_finished(tmp_path, run_cli, monkeypatch):
+    ray = FakeRay(interrupt_at=2)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    code, _, err = run_cli(*RAY_SWEEP, "--executor", "ray", "--out", tmp_path)
+    assert_one_line(code, err, EXIT_INTERRUPTED, "error: interrupted; finished runs are complete")
+    assert (ray.cancelled, ray.shutdowns) == (["ref-1", "ref-2", "ref-3"], 1)
+    assert len(results(tmp_path)) == 1
 
 
 CLUSTER_FAILED = "the Ray cluster's failure, not the run's"
