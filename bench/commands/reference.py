@@ -89,6 +89,13 @@ def _generate(args) -> int:
         raise BenchError(f"{folder / (task.name + '.npz')} already holds a reference of {task.name}; pass --force to "
                          f"replace it" + ("" if args.install else " or choose another --out"))
     check_writable(folder, force=True)  # before an hour of sampling, not after
+    stray = sorted(path.name for path in args.checkpoints.glob("chains-*.pt"))
+    if stray and not args.restart and not any((args.checkpoints / task.name).glob("chains-*.pt")):
+        # Chains moved into the folder itself would otherwise be passed over, and hours sampled again.
+        raise ConfigError(f"{terminal_text(args.checkpoints)} holds chain checkpoints itself ({', '.join(stray[:3])}"
+                          f"{', ...' if len(stray) > 3 else ''}); a task's are kept in its own folder below it: move "
+                          f"them into {terminal_text(args.checkpoints / task.name)} to continue them, or pass --restart "
+                          "to sample again")
     # The checkpoints stay until the reference is written: a failure anywhere before loses no sampling.
     try:
         with claimed_checkpoints(args.checkpoints / task.name, restart=args.restart):

@@ -173,6 +173,23 @@ def test_an_unwritable_folder_is_refused_before_any_sampling(run_cli, tmp_path, 
     assert not sampled
 
 
+def test_checkpoints_put_in_the_folder_itself_are_not_passed_over(run_cli, tmp_path, monkeypatch):
+    """A task's chains are kept in DIR/TASK/; ones moved into DIR itself would be ignored and hours sampled again,
+    so the command refuses in one line, unless the task's folder has its own or --restart says to sample anew."""
+    sampled = []
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: sampled.append(1) or sys.exit(0))
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "chains-0-0.pt").write_bytes(b"a finished chain")
+    args = ("reference", "generate", "--task", "toy-gap", "--out", tmp_path / "out", "--checkpoints", tmp_path / "ck")
+    code, _, err = run_cli(*args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"move them into {tmp_path / 'ck' / 'toy-gap'} to continue them" in err and not sampled
+    assert run_cli(*args, "--restart")[0] == 0 and sampled == [1]
+    (tmp_path / "ck" / "toy-gap").mkdir(exist_ok=True)
+    (tmp_path / "ck" / "toy-gap" / "chains-0-7.pt").write_bytes(b"its own")
+    assert run_cli(*args)[0] == 0 and sampled == [1, 1]
+
+
 def test_a_second_generation_of_a_task_is_refused_while_one_runs(run_cli, tmp_path):
     with generation.claimed_checkpoints(tmp_path / "ck" / "toy-gap"):
         code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--out", tmp_path / "out",
