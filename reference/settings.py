@@ -48,7 +48,7 @@ REFERENCE_SETTINGS: dict[str, HMCSettings] = {
     # once: on one thread `python benchmarks/hmc_speed.py` measured it 2.8x vectorised for 8 chains of the CNN-LSTM
     # and within 8% of it for the convnet, which two workers then double on 2 cores (docs/speed.md); trajectory
     # lengths jittered by +-20%.
-    "digits-cnn": HMCSettings(n_chains=8, n_burnin=100, n_samples=300, dtype="float32", jitter=0.2,
+    "digits-cnn": HMCSettings(n_chains=8, n_burnin=100, n_samples=400, dtype="float32", jitter=0.2,
                               vectorise=False, compiled=True),
     # In a first generation, 300 samples left the worst split R-hat at 1.06 (20 of 14,400 predictive probabilities
     # above 1.05, all of them below 0.001); the chains were extended to 600 (`reference generate` continues
