@@ -118,6 +118,24 @@ def _load_partial(path: Path, identity: dict) -> dict | None:
             "kept": {name: arrays[f"kept_{name}"] for name in meta["kept"]}}
 
 
+def reference_classes(task, reference: np.ndarray) -> list[int] | None:
+    """The class ``reference`` (``(N, K)`` probabilities) predicts at each of the evidence's stated test points: all
+    that a chain's kept draws take from the reference (classification; None for regression, whose draws take
+    nothing from it)."""
+    from reference.evidence import evidence_points
+
+    return reference[evidence_points(task)].argmax(axis=1).tolist() if task.kind == "classification" else None
+
+
+def chain_identity(task, reference: np.ndarray, warmup: int, samples: int, dtype: str, seed: int) -> dict:
+    """What a saved chain must match to be reused: the task, the arguments, and of the reference only
+    :func:`reference_classes`. NUTS's path never sees the reference, so a reference sampled again that predicts the
+    same classes at those points keeps every chain, bit for bit what sampling against it would give."""
+    return {"task": task.name, "fingerprint": task.fingerprint(),
+            "reference_classes": reference_classes(task, reference), "warmup": warmup, "samples": samples,
+            "dtype": dtype, "seed": seed}
+
+
 class ChainSummary:
     """What a chain keeps of each kept draw, computed as it samples (positions are not kept: the CNN-LSTM's would be
     5 MB a chain), the same quantities as a reference's evidence (:mod:`reference.evidence`):
@@ -140,7 +158,8 @@ class ChainSummary:
 
         self.task = task
         self.points = evidence_points(task)
-        self.classes = reference[self.points].argmax(axis=1) if task.kind == "classification" else None
+        classes = reference_classes(task, reference)
+        self.classes = None if classes is None else np.asarray(classes)
         jdtype = jnp.float64 if dtype == "float64" else jnp.float32
         self.predict = jax.jit(jax_models.predict_fn(task, jdtype))
         self.x_test = jnp.asarray(task.x_test.numpy(), jdtype)
@@ -360,8 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     reference = load_reference(task)
     out, saved = results_paths(task.name, args.out)
     saved.mkdir(parents=True, exist_ok=True)
-    identity = {"task": task.name, "fingerprint": task.fingerprint(), "reference_sha256": reference.sha256,
-                **{k: getattr(args, k) for k in ("warmup", "samples", "dtype", "seed")}}
+    identity = chain_identity(task, reference.array, args.warmup, args.samples, args.dtype, args.seed)
     foreign = [path.name for path in sorted(saved.glob("chain-*.npz")) if _read_saved(path, identity) is None]
     if foreign and not args.restart:
         parser.exit(2, f"error: {saved} holds {', '.join(foreign)}, made with other arguments (or damaged); run with "

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.tasks import get_task
@@ -33,8 +34,8 @@ def test_every_committed_crosscheck_is_recomputed_from_its_chains(path):
     task = get_task(stored["task"])
     reference = load_reference(task)
     settings = stored["settings"]
-    identity = {"task": task.name, "fingerprint": task.fingerprint(), "reference_sha256": stored["reference_sha256"],
-                **{k: settings[k] for k in ("warmup", "samples", "dtype", "seed")}}
+    identity = script.chain_identity(task, reference.array,
+                                     *(settings[k] for k in ("warmup", "samples", "dtype", "seed")))
     _, folder = script.results_paths(task.name, path)
     chains = [script._saved_chain(folder, c, identity) for c in range(settings["chains"])]
     assert all(chains), f"{folder} lacks a finished chain of {path.name}"
@@ -63,3 +64,28 @@ def test_a_check_keeps_its_chains_recomputes_its_verdict_and_never_overwrites_th
                      "--out", str(out)])
     assert refused.value.code == 2 and "made with other arguments" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "nuts-toy-gap").iterdir()) == chains
+
+
+def test_a_chain_is_keyed_on_the_classes_the_reference_predicts_at_the_stated_points_alone():
+    """A reference sampled again that predicts the same class at every stated point keeps the chains (their draws
+    take nothing else from it); one class changed there, or another argument, and they are not reused."""
+    from reference.evidence import evidence_points
+
+    script = _script()
+    task = get_task("digits")
+    reference = load_reference(task).array
+    identity = script.chain_identity(task, reference, 500, 500, "float32", 2021)
+    resampled = reference * 0.5 + 0.5 * np.eye(reference.shape[1])[reference.argmax(axis=1)]
+    assert not np.array_equal(resampled, reference)
+    assert script.chain_identity(task, resampled, 500, 500, "float32", 2021) == identity
+    elsewhere = reference.copy()
+    unstated = sorted(set(range(len(reference))) - set(evidence_points(task).tolist()))[0]
+    elsewhere[unstated] = np.roll(elsewhere[unstated], 1)
+    assert script.chain_identity(task, elsewhere, 500, 500, "float32", 2021) == identity
+    point = evidence_points(task)[3]
+    changed = reference.copy()
+    changed[point] = np.roll(changed[point], 1)
+    assert script.chain_identity(task, changed, 500, 500, "float32", 2021) != identity
+    assert script.chain_identity(task, reference, 500, 400, "float32", 2021) != identity
+    assert script.chain_identity(get_task("toy-gap"), load_reference(get_task("toy-gap")).array, 500, 500,
+                                 "float32", 2021)["reference_classes"] is None
