@@ -538,15 +538,16 @@ def ray_failure(ray, error: BaseException, method: object) -> Outcome:
     by running again), the method's when its worker process died running someone else's method (exit 4), else
     bdl-bench's (exit 70)."""
     first_line = (str(error).strip().splitlines() or [""])[0]
-    said = f"its Ray task failed: {type(error).__name__}: {first_line}"
+    # Whose failure it is comes before Ray's own text, which can run to hundreds of characters and be cut short.
     cluster = tuple(getattr(ray.exceptions, name) for name in RAY_CLUSTER_FAILURES if hasattr(ray.exceptions, name))
     if isinstance(error, cluster):
-        return Outcome(None, EXIT_ENVIRONMENT, f"{said} (the Ray cluster's failure, not the run's; run again to "
-                                               "retry it)")
+        return Outcome(None, EXIT_ENVIRONMENT, f"its Ray task failed, the Ray cluster's failure, not the run's (run "
+                                               f"again to retry it): {type(error).__name__}: {first_line}")
     if isinstance(error, ray.exceptions.WorkerCrashedError) and isolates(method):
-        return Outcome(None, EXIT_METHOD, f"method {terminal_text(repr(method))}: {said} (os._exit, a crash or a "
-                                          "signal in the method's code, or the machine's out-of-memory killer)")
-    return Outcome(None, EXIT_INTERNAL, said)
+        return Outcome(None, EXIT_METHOD, f"method {terminal_text(repr(method))}: its Ray task failed, its worker died "
+                                          "(os._exit, a crash or a signal in the method's code, or the machine's "
+                                          f"out-of-memory killer): {type(error).__name__}: {first_line}")
+    return Outcome(None, EXIT_INTERNAL, f"its Ray task failed: {type(error).__name__}: {first_line}")
 
 
 def run_on_ray(specs: Iterable["RunSpec"], threads: int, gpus: int, address: str | None,

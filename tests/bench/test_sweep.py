@@ -413,7 +413,9 @@ class FakeRay:
     def get(self, reference):
         function, spec = self.tasks[reference]
         if (spec.method, spec.seed) in self.dies:
-            raise self.NodeDiedError("Task failed because the node it was running on is dead or unavailable.")
+            raise self.NodeDiedError("Task failed because the node it was running on is dead or unavailable. Node IP: "
+                                     "192.0.2.2, node ID: " + "2d" * 28 + ". This can happen if the node was "
+                                     "preempted, had a hardware failure, or its raylet crashed unexpectedly. " * 4)
         return function(spec)
 
     def cancel(self, reference, force):
@@ -431,8 +433,8 @@ def test_the_ray_executor_gives_the_local_results_asks_the_tasks_threads_and_nam
     code, out, err = run_cli(*RAY_SWEEP, "--executor", "ray", "--threads", "1", "--out", tmp_path / "ray")
     lines = err.splitlines()
     assert code == EXIT_ENVIRONMENT and len(lines) == 4, err
-    assert sum(f"diabetes-gap/sgd/budget-2/seed-1: its Ray task failed: NodeDiedError: Task failed because the node "
-               f"it was running on is dead or unavailable. ({CLUSTER_FAILED}; run again to retry it)" in line
+    assert sum(f"diabetes-gap/sgd/budget-2/seed-1: its Ray task failed, {CLUSTER_FAILED} (run again to retry it): "
+               "NodeDiedError: Task failed because the node it was running on is dead or unavailable." in line
                for line in lines) == 1
     assert sum("de: a budget of 2 epochs is too small" in line for line in lines) == 2
     assert "1 trained, 0 finished earlier, 3 failed" in out
@@ -474,12 +476,13 @@ def test_what_a_ray_task_failed_of_is_named_by_its_ray_error():
     for error in machine:
         outcome = executors.ray_failure(ray, error, "sgd")
         assert (outcome.exit_code, outcome.result) == (EXIT_ENVIRONMENT, None), error
-        assert outcome.failure.startswith(f"its Ray task failed: {type(error).__name__}: ")
-        assert CLUSTER_FAILED in outcome.failure and "\n" not in outcome.failure
+        assert outcome.failure.startswith(f"its Ray task failed, {CLUSTER_FAILED} (run again to retry it): "
+                                          f"{type(error).__name__}: ") and "\n" not in outcome.failure
     crashed = errors.WorkerCrashedError()
     assert executors.ray_failure(ray, crashed, "sweep_plugin:Killed").exit_code == EXIT_METHOD
     assert executors.ray_failure(ray, crashed, "sweep_plugin:Killed").failure.startswith(
-        "method 'sweep_plugin:Killed': its Ray task failed: WorkerCrashedError: ")
+        "method 'sweep_plugin:Killed': its Ray task failed, its worker died (os._exit, a crash or a signal in the "
+        "method's code, or the machine's out-of-memory killer): WorkerCrashedError: ")
     assert executors.ray_failure(ray, crashed, "sgd") == executors.Outcome(
         None, EXIT_INTERNAL, f"its Ray task failed: WorkerCrashedError: {crashed}")
     assert executors.ray_failure(ray, errors.TaskCancelledError(), "sgd").exit_code == EXIT_INTERNAL
