@@ -155,6 +155,10 @@ def chain_groups(settings: HMCSettings) -> list[list[int]]:
     return [chains] if settings.vectorise else [[c] for c in chains]
 
 
+CHECKPOINTS = "chains-*.pt"
+"""The names of a task's chain checkpoints (:func:`checkpoint_path`), in its folder below ``--checkpoints``."""
+
+
 def checkpoint_path(folder: Path, task: Task, chains: list[int]) -> Path:
     return folder / task.name / f"chains-{chains[0]}-{chains[-1]}.pt"
 
@@ -184,10 +188,10 @@ def claimed_checkpoints(folder: Path, restart: bool = False) -> Iterator[None]:
     with exclusive(folder / CHECKPOINT_LOCK, busy=f"{folder} is in use by another generation of this task; wait for "
                                                   f"it to finish", unwritable=f"cannot write HMC checkpoints to {folder}"):
         if restart:
-            for checkpoint in folder.glob("chains-*.pt"):
+            for checkpoint in folder.glob(CHECKPOINTS):
                 checkpoint.unlink()
         yield
-        for checkpoint in folder.glob("chains-*.pt"):  # the reference is complete: nothing is left to resume
+        for checkpoint in folder.glob(CHECKPOINTS):  # the reference is complete: nothing is left to resume
             checkpoint.unlink()
 
 

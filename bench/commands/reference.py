@@ -74,7 +74,7 @@ def _generate(args) -> int:
     from bench.sweep import check_executor
     from bench.tasks import get_task
     from reference import store
-    from reference.generate import claimed_checkpoints, compare, generate
+    from reference.generate import CHECKPOINTS, claimed_checkpoints, compare, generate
     from reference.settings import R_HAT_LIMIT, REFERENCE_SETTINGS
 
     if args.task not in REFERENCE_SETTINGS:
@@ -89,8 +89,8 @@ def _generate(args) -> int:
         raise BenchError(f"{folder / (task.name + '.npz')} already holds a reference of {task.name}; pass --force to "
                          f"replace it" + ("" if args.install else " or choose another --out"))
     check_writable(folder, force=True)  # before an hour of sampling, not after
-    stray = sorted(path.name for path in args.checkpoints.glob("chains-*.pt"))
-    if stray and not args.restart and not any((args.checkpoints / task.name).glob("chains-*.pt")):
+    stray = sorted(path.name for path in args.checkpoints.glob(CHECKPOINTS))
+    if stray and not args.restart and not any((args.checkpoints / task.name).glob(CHECKPOINTS)):
         # Chains moved into the folder itself would otherwise be passed over, and hours sampled again.
         raise ConfigError(f"{terminal_text(args.checkpoints)} holds chain checkpoints itself ({', '.join(stray[:3])}"
                           f"{', ...' if len(stray) > 3 else ''}); a task's are kept in its own folder below it: move "
@@ -121,7 +121,7 @@ def _generate(args) -> int:
                 store.register(task.name, entry)
     except KeyboardInterrupt:  # the checkpoints stay (the claim removes them only once the reference is written)
         kept = args.checkpoints / task.name
-        if any(kept.glob("chains-*.pt")):
+        if any(kept.glob(CHECKPOINTS)):
             print(f"{interrupted_line(None)}; each chain's progress is kept in {terminal_text(kept)} (at most a "
                   f"minute of sampling per chain is lost): run the same command again to continue", file=sys.stderr)
         else:
