@@ -172,7 +172,8 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 """The fields every run record holds, and their JSON types (a bool is never a number)."""
 
-OPTIONAL_FIELD_TYPES: dict[str, tuple[type, ...]] = {"environment": (dict,), "resolved": (dict,)}
+OPTIONAL_FIELD_TYPES: dict[str, tuple[type, ...]] = {"environment": (dict,), "resolved": (dict,),
+                                                      "noise_floor": (dict,)}
 """Fields a record holds as null or of these types (records of older versions lack them); the optional text fields
 (label, method_source, finished_at, architecture_change) are checked as text of their own length."""
 
@@ -274,10 +275,16 @@ def check_record(result: dict, path: Path) -> None:
                           f"{MAX_NAME_CHARS} printable characters")
     check_environment(result.get("environment"), path)
     check_label(result.get("label"), str(path))
+    environment = result.get("environment") or {}
+    disagreeing = sorted(name for name, version in versions.items() if environment.get(name, version) != version)
+    if disagreeing:  # both written by one run from one installation
+        pairs = ", ".join(f"{shown(versions[name])} against {shown(environment[name])}" for name in disagreeing)
+        raise DamagedFile(f"{path}: versions and environment name other versions of {', '.join(disagreeing)} "
+                          f"({pairs})")
     finished = result.get("finished_at")
-    if finished is not None and not printable(finished, MAX_TIMESTAMP_CHARS):
-        raise DamagedFile(f"{path}: finished_at must be null or a timestamp of 1 to {MAX_TIMESTAMP_CHARS} "
-                          "printable characters")
+    if finished is not None and not (printable(finished, MAX_TIMESTAMP_CHARS) and _iso_timestamp(finished)):
+        raise DamagedFile(f"{path}: finished_at must be null or an ISO 8601 timestamp (as 2026-11-28T04:30:00+00:00) "
+                          f"of 1 to {MAX_TIMESTAMP_CHARS} printable characters")
     change = result.get("architecture_change")
     if change is not None and not printable(change, MAX_ARCHITECTURE_CHANGE_CHARS):
         raise DamagedFile(f"{path}: architecture_change must be null or 1 to {MAX_ARCHITECTURE_CHANGE_CHARS} "
@@ -288,10 +295,26 @@ def check_record(result: dict, path: Path) -> None:
         if not isinstance(values, dict) or not all(printable(name, MAX_NAME_CHARS) and finite_number(value)
                                                    for name, value in values.items()):
             raise DamagedFile(f"{path}: {where} must map metric names to finite numbers")
+    floor = result.get("noise_floor") or {}
+    if not all(printable(block, MAX_NAME_CHARS) and isinstance(values, dict)
+               and all(printable(name, MAX_NAME_CHARS) and (value is None or finite_number(value))
+                       for name, value in values.items()) for block, values in floor.items()):
+        raise DamagedFile(f"{path}: noise_floor must map blocks to metric names to finite numbers or null")
     digest = result.get("predictions_sha256")
     if digest is not None and not (isinstance(digest, str) and SHA256_HEX.fullmatch(digest)):
         raise DamagedFile(f"{path}: predictions_sha256 must be null or 64 lowercase hexadecimal digits")
     _check_method(result, path)
+
+
+def _iso_timestamp(text: str) -> bool:
+    """Whether ``text`` is a date and time as ``datetime.isoformat`` writes it (what ``run`` records)."""
+    import datetime as dt
+
+    try:
+        dt.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_environment(environment: dict | None, path: Path) -> None:
@@ -340,13 +363,16 @@ def _check_method(result: dict, path: Path) -> None:
             raise DamagedFile(f"{path}: {method} is a built-in method, whose runs record no method_source (this record "
                               f"says {shown(source)})")
         try:
-            recorded_config(built_in, result["config"])
+            config = recorded_config(built_in, result["config"])
         except ConfigError as error:
             raise DamagedFile(f"{path}: the recorded configuration does not fit {method}'s settings ({error})") \
                 from None
-        if result.get("architecture_change") is None and built_in.architecture_change(built_in.Config()) is not None:
-            raise DamagedFile(f"{path}: {method} changes the task's network, but the record does not say how "
-                              "(architecture_change); rerun it with this version of bdl-bench")
+        change = built_in.architecture_change(config)
+        if result.get("architecture_change") != change:
+            raise DamagedFile(f"{path}: {method} with these settings " + (
+                "leaves the task's network as it is" if change is None else f"changes the task's network ({change})")
+                + f", but the record says {shown(result.get('architecture_change'))} (architecture_change); rerun it "
+                "with this version of bdl-bench")
     elif source is None:
         raise DamagedFile(f"{path}: {method!r} is not a method of this installation, and the record names no "
                           "method_source (package.module:ClassName) that it came from")

@@ -44,8 +44,9 @@ import torch
 
 from approximators import get_method
 from approximators.base import recorded_config
+from approximators.boundary import users_code
 from bench import metrics, records
-from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere
+from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, shown
 from bench.executors import Isolations, isolates, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
 from leaderboard.store import RunRow
@@ -209,11 +210,16 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
         return predictions, data.meter.epochs_used, data.meter.test_passes, resolved
 
     predictions, epochs_used, test_passes, resolved = rerun(seed)
+    with users_code(method, "architecture_change"):
+        change = method.architecture_change(config)
     budget_problems = [f"{name} {claimed:g} recorded, {actual:g} re-executed"
                        for name, claimed, actual in (("epochs_used", result["epochs_used"], epochs_used),
                                                      ("test_passes", result["test_passes"], test_passes))
                        if claimed != actual]
-    if "resolved" in result and result["resolved"] != records.as_recorded(resolved):
+    if result.get("architecture_change") != change:
+        budget_problems.append(f"architecture_change {shown(result.get('architecture_change'))} recorded, "
+                               f"{shown(change)} re-executed")
+    if result.get("resolved") is not None and result["resolved"] != records.as_recorded(resolved):  # null: unrecorded
         budget_problems.append(
             f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
     threads = torch.get_num_threads()

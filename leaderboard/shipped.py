@@ -99,14 +99,15 @@ def rows(tasks: list[str] | None = None, budgets: list[float] | None = None,
 def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None) -> RunRow:
     """A shipped record as a leaderboard row, with the noise floor its reference publishes now (the record's copy is
     the floor when it was made)."""
-    from leaderboard.submission import config_hash
+    from leaderboard.submission import complete_config, config_hash
 
     digest = result["predictions_sha256"]
+    config = complete_config(result["method"], result["config"])
     return RunRow(
         task=result["task"], task_version=result["task_version"], task_fingerprint=result["task_fingerprint"],
         task_kind=kind, method=result["method"],
         budget=float(result["budget"]), seed=result["seed"], reference_sha256=result["reference"]["sha256"],
-        config_hash=config_hash(result["config"]), config=result["config"], source="shipped",
+        config_hash=config_hash(config), config=config, source="shipped",
         predictions_sha256=digest, epochs_used=float(result["epochs_used"]),
         test_passes=float(result["test_passes"]), wall_seconds=float(result["wall_seconds"]),
         device=result["device"], versions=result["versions"], noise_floor=noise_floor,

@@ -39,7 +39,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from bench import metrics, records
-from bench.errors import BenchError, ConfigError, DamagedFile
+from bench.errors import BenchError, ConfigError, DamagedFile, DoesNotFit, terminal_text
 from bench.io import open_regular_file, read_regular_file
 from bench.records import MAX_NAME_CHARS
 from bench.runner import score
@@ -217,6 +217,23 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def complete_config(method: str, config: dict) -> dict:
+    """A built-in method's recorded configuration with every setting it runs with: a setting the record lacks (an
+    older record, or one edited) at its default, a whole number given for a float as that float. One run is one
+    configuration, however its record spells it, so its entry's hash (:func:`config_hash`) is the same. Another
+    method's configuration as recorded (its class runs only in a process of its own)."""
+    from approximators import METHODS
+    from approximators.base import recorded_config
+
+    built_in = METHODS.get(method)
+    if built_in is None:
+        return config
+    complete = dataclasses.asdict(recorded_config(built_in, config))
+    hints = {field.name: field.type for field in dataclasses.fields(built_in.Config)}
+    return records.as_recorded({name: float(value) if hints[name] in (float, "float") and isinstance(value, int)
+                                and not isinstance(value, bool) else value for name, value in complete.items()})
+
+
 def _reliability(task: Task, predictions: np.ndarray) -> dict | None:
     if task.y_test is None:
         return None
@@ -289,9 +306,20 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
         raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data, "
                               f"settings or network than this installation's version {task.version}; rerun it")
     reference = load_reference(task)
-    if result["reference"]["sha256"] != reference.sha256 or result["reference"]["key"] != reference.key:
-        raise SubmissionError(f"{source}: scored against reference sha256 {result['reference']['sha256'][:16]}..., "
-                              f"but the registry's {task.name} reference is {reference.sha256[:16]}...")
+    if result["reference"]["sha256"] != reference.sha256:
+        claimed = result["reference"]["sha256"]
+        shown_chars = 16 if claimed[:16] != reference.sha256[:16] else 64  # two equal prefixes would say nothing
+        raise SubmissionError(f"{source}: scored against reference sha256 {terminal_text(claimed[:shown_chars])}"
+                              f"{'...' if shown_chars < 64 else ''}, but the registry's {task.name} reference is "
+                              f"{reference.sha256[:shown_chars]}{'...' if shown_chars < 64 else ''}")
+    if result["reference"]["key"] != reference.key:
+        key = terminal_text(result["reference"]["key"])
+        raise SubmissionError(f"{source}: scored against the reference's array {key!r}, but the registry's "
+                              f"{task.name} reference holds {reference.key!r}")
+    if result.get("noise_floor") is not None and result["noise_floor"] != reference.noise_floor:
+        raise SubmissionError(f"{source}: claims another noise floor than its reference publishes "
+                              f"({records.differences(result['noise_floor'], reference.noise_floor)})")
+    _check_budget_rule(result, task, source)
     if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists() and needs is None:
         return CheckedRun(folder, result, task, reference, None, None)
     try:
@@ -303,6 +331,24 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     found = scored(task, reference, predictions)
     check_scored_claims(result, found, source)
     return CheckedRun(folder, result, task, reference, predictions, found)
+
+
+def _check_budget_rule(result: dict, task: Task, source: str) -> None:
+    """A built-in method's budget rule accepts the record's budget with its settings, as ``run`` plans a run before
+    any training (a method that is not bdl-bench's runs only in a process of its own: its re-execution says)."""
+    from approximators import METHODS
+    from approximators.base import recorded_config
+    from bench.runner import metered, planned
+
+    method = METHODS.get(result["method"])
+    if method is None:
+        return
+    try:
+        planned(method, recorded_config(method, result["config"]), *metered(task, float(result["budget"])))
+    except DoesNotFit:  # this machine's memory, not the record's: a run made on a larger one is no less real
+        pass
+    except BenchError as error:
+        raise SubmissionError(f"{source}: a run that cannot exist: {error}") from None
 
 
 def check_scored_claims(result: dict, scored: dict[str, dict[str, float]], source: str) -> None:
@@ -324,10 +370,11 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
     check_submitter(submitter, notes)
     run = checked_run(folder, cache, needs="submitting (which re-scores the predictions)")
     result, task, reference, predictions = run.result, run.task, run.reference, run.predictions
+    config = complete_config(result["method"], result["config"])
     return RunRow(
         task=task.name, task_version=task.version, task_fingerprint=task.fingerprint(), task_kind=task.kind,
         method=result["method"], budget=float(result["budget"]), seed=result["seed"],
-        reference_sha256=reference.sha256, config_hash=config_hash(result["config"]), config=result["config"],
+        reference_sha256=reference.sha256, config_hash=config_hash(config), config=config,
         source="run", predictions_sha256=records.predictions_sha256(predictions),
         epochs_used=float(result["epochs_used"]), test_passes=float(result["test_passes"]),
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],

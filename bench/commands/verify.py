@@ -6,7 +6,8 @@ import sys
 
 from bench.budget import check_planned_epochs
 from bench.commands.common import LINE_CHARS, claimed_epochs
-from bench.errors import EXIT_METHOD, FailedElsewhere, MethodFailed, describe_failure, terminal_text
+from bench.errors import (EXIT_BAD_INPUT, EXIT_METHOD, BenchError, FailedElsewhere, MachineRefused, MethodFailed,
+                          describe_failure, terminal_text)
 from bench.progress import Progress
 
 
@@ -16,25 +17,31 @@ def command(args) -> int:
     from leaderboard.submission import run_folders
 
     folders = run_folders(args.paths)
-    check_planned_epochs(claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
-    results, failures = [], 0
-    # A method that is not bdl-bench's is re-executed in a process of its own (one for all its folders); its failure
-    # (exit 4) is that folder's line, and the other folders are still verified.
+    check_planned_epochs(claimed_epochs(folders, damaged_count_nothing=True), args.max_epochs, f"verifying {len(folders)} run(s)")
+    results, failures, refused = [], 0, 0
+    # Each folder is its own verdict: a record refused (damaged, another task or reference, a budget its method's rule
+    # refuses) or a re-execution that fails (a method that is not bdl-bench's in its own process, exit 4; a built-in
+    # one diverging on the record's settings) is that folder's line on stderr, and the other folders are still verified.
+    # The machine's refusals (a full disk) stop the command.
     with Isolations(args.threads) as isolations, Progress(len(folders), args.quiet, "verify") as progress:
         for folder in folders:
             try:
                 result = verify(folder, args.cache, args.method, isolate=not args.debug, isolations=isolations)
-            except (MethodFailed, FailedElsewhere) as error:
-                if args.debug or error.exit_code != EXIT_METHOD:
+            except (MethodFailed, FailedElsewhere, BenchError) as error:
+                code, line = describe_failure(error)
+                if args.debug or isinstance(error, MachineRefused) or code not in (EXIT_METHOD, EXIT_BAD_INPUT):
                     raise
-                progress.say(f"error: {terminal_text(folder)}: {describe_failure(error)[1]}", sys.stderr)
+                named = line if line.startswith(terminal_text(folder)) else f"{terminal_text(folder)}: {line}"
+                progress.say(f"error: {named}", sys.stderr)
                 progress.finished(folder.name, failed=True)
-                failures += 1
+                failures += code == EXIT_METHOD
+                refused += code == EXIT_BAD_INPUT
                 continue
             progress.say(terminal_text(result.line(), LINE_CHARS), sys.stdout)
             progress.finished(folder.name, failed=not result.passed)
             results.append(result)
     mismatched = sum(not r.passed for r in results)
     print(f"{len(results) - mismatched} of {len(folders)} runs verified"
+          + (f"; {refused} refused or failed to re-execute (each named on stderr)" if refused else "")
           + (f"; {failures} could not be re-executed, their method failed (each named on stderr)" if failures else ""))
-    return EXIT_METHOD if failures else 1 if mismatched else 0
+    return EXIT_METHOD if failures else EXIT_BAD_INPUT if refused else 1 if mismatched else 0

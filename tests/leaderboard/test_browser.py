@@ -115,7 +115,7 @@ def test_page_loads_cleanly_and_shows_tables_and_plots(browser, tmp_path, make_r
     for budget in (10, 100):
         for seed in range(2):
             make_run(runs, "digits", method="de", seed=seed, budget=budget, amount=2 / budget + 0.01 * seed)
-            make_run(runs, "toy-gap", method="sae", seed=seed, budget=budget, amount=2 / budget + 0.01 * seed)
+            make_run(runs, "toy-gap", method="swag", seed=seed, budget=budget, amount=2 / budget + 0.01 * seed)
     from leaderboard.submission import run_folders, score_run
 
     with Store(tmp_path / "db.sqlite") as db:
@@ -151,7 +151,7 @@ def test_labels_legends_and_every_budget_tick_show_in_the_browser(browser, tmp_p
     for budget in budgets:
         for seed in range(2):
             amount = 1 / budget ** 0.5 + 0.01 * seed
-            make_run(runs / "a", "digits", method="de", seed=seed, budget=budget, amount=amount)
+            make_run(runs / "a", "digits", method="de", seed=seed, budget=budget, amount=amount, config={"members": 2})
             make_run(runs / "b", "digits", method="de", seed=seed, budget=budget, amount=amount, config={"members": 3})
             make_run(runs / "c", "toy-gap", method="sgd", seed=seed, budget=budget, amount=amount, label="tuned")
     from leaderboard.submission import run_folders, score_run

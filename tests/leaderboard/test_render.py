@@ -11,11 +11,13 @@ from html import escape as html_escape
 import pytest
 
 from approximators import METHODS, resolve_config
+from approximators.base import recorded_config
 from bench.tasks import get_task
 from leaderboard import configs, ranking, submission
 from leaderboard.render import html_page, render
 from leaderboard.store import Store
 from reference.store import load_reference
+from tests.leaderboard.conftest import method_fields
 
 
 @pytest.fixture
@@ -104,8 +106,9 @@ def test_noise_floor_spans_the_plot_even_with_a_single_budget():
 
 def test_an_entry_that_changed_the_network_is_marked_in_every_format(tmp_path, db_path, make_run, run_cli):
     runs = tmp_path / "runs"
-    change = "dropout (rate 0.1) on the inputs of layers 2"
-    make_run(runs, "digits", method="mc-dropout", config={"rate": 0.1}, architecture_change=change)
+    config = {**method_fields("mc-dropout", "digits", None)["config"], "rate": 0.1}
+    change = METHODS["mc-dropout"].architecture_change(recorded_config(METHODS["mc-dropout"], config))
+    make_run(runs, "digits", method="mc-dropout", config=config, architecture_change=change)
     make_run(runs, "digits", method="de")
     assert run_cli("submit", str(runs), "--name", "a")[0] == 0
     code, out, _ = run_cli("leaderboard")
@@ -177,7 +180,7 @@ def test_a_label_replaces_the_config_hash_in_every_format(configurations, run_cl
     entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
     assert {(e["method"], e["config_hash"][:8]): e["label"] for e in entries if e["method"] != "my-plugin"} == {
         ("de", hashes["defaults"]): None, ("de", hashes["members"]): None, ("de", hashes["renamed"]): None,
-        ("de", hashes["lr"]): "fast lr", ("sgd", submission.config_hash({"lr": 0.1})[:8]): "tuned"}
+        ("de", hashes["lr"]): "fast lr", ("sgd", submission.config_hash(submission.complete_config("sgd", {"lr": 0.1}))[:8]): "tuned"}
     rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
     labels = {(r["method"], r["config_hash"][:8]): r["label"] for r in rows if r["rank"] and r["block"] == "all"}
     assert labels[("de", hashes["lr"])] == "fast lr" and labels[("de", hashes["defaults"])] == ""

@@ -1,5 +1,6 @@
 """`python -m bench submit`: runs are re-scored from their predictions; bad input is refused and changes nothing."""
 
+import dataclasses
 import functools
 import io
 import json
@@ -8,6 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from approximators import METHODS, resolve_config
 from bench import records
 from leaderboard import submission
 from leaderboard.store import Store
@@ -309,3 +311,20 @@ def test_label_options_a_submission_cannot_take_are_one_line(tmp_path, db_path, 
     code, _, err = run_cli("submit", str(tmp_path / "sub.zip"), "--method", "m", "--budget", "10", "--label", "y" * 101)
     assert code == 2 and err.count("\n") == 1 and "a label must be 1 to 100 printable characters" in err
     assert stored_rows(db_path) == []
+
+
+def test_one_configuration_is_one_entry_however_its_record_spells_it(tmp_path, db_path, make_run, run_cli):
+    """A record that leaves a setting at its default unsaid, or gives a float setting as a whole number, is the same
+    configuration as one that spells every setting: one entry, one hash (two entries once split one run's seeds)."""
+    full = records.as_recorded(dataclasses.asdict(resolve_config(METHODS["sgd"], "digits")))
+    fewer = {name: value for name, value in full.items() if name != "beta1"}
+    assert full["beta1"] == METHODS["sgd"].Config().beta1, "left unsaid, a setting takes its class default"
+    whole = {**full, "min_lr": 0}  # a float setting given as a whole number
+    make_run(tmp_path / "runs", "digits", method="sgd", seed=0, config=full | {"min_lr": 0.0})
+    make_run(tmp_path / "runs", "digits", method="sgd", seed=1, config=whole)
+    make_run(tmp_path / "runs", "digits", method="sgd", seed=2, config=fewer | {"min_lr": 0.0})
+    assert len({submission.config_hash(submission.complete_config("sgd", c))
+                for c in (full | {"min_lr": 0.0}, whole, fewer | {"min_lr": 0.0})}) == 1
+    assert run_cli("submit", str(tmp_path / "runs"))[0] == 0
+    entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
+    assert [(e["method"], e["seeds"]) for e in entries] == [("sgd", [0, 1, 2])]

@@ -31,7 +31,7 @@ def genuine_record(out):
     config = records.as_recorded(dataclasses.asdict(resolve_config(METHODS["sgd"], "toy-gap")))
     return write_run(out, "toy-gap", method="sgd", budget=2.0, config=config, resolved=config, method_source=None,
                      label=None, architecture_change=None, method_report={"epochs": 2},
-                     environment={"torch": "2", "cpu": "a CPU", "torch_threads": 1, "cpu_count": 2},
+                     environment={"torch": "test", "cpu": "a CPU", "torch_threads": 1, "cpu_count": 2},
                      command="python -m bench --method sgd --budget 2 --task toy-gap", git=None)
 
 
@@ -235,6 +235,20 @@ def _digits_reference_sha():
     (lambda r: {"metrics": {k: v for k, v in r["metrics"].items() if k != "w2"}}, "metrics do not match"),
     (lambda r: {"reference": {**r["reference"], "sha256": _digits_reference_sha()}}, "scored against reference sha256"),
     (lambda r: {"task_fingerprint": "0" * 64}, "with other data, settings or network"),
+    # the sha256 edited after the 16 characters a line shows: the line shows all 64, so that they differ
+    (lambda r: {"reference": {**r["reference"], "sha256": r["reference"]["sha256"][:40] + "0" * 24}},
+     "0" * 24 + ", but the registry's toy-gap reference is "),
+    (lambda r: {"reference": {**r["reference"], "key": "probs"}}, "scored against the reference's array 'probs'"),
+    (lambda r: {"noise_floor": {"all": {**r["noise_floor"]["all"], "w1": 0.5}}},
+     "claims another noise floor than its reference publishes"),
+    (lambda r: {"noise_floor": "garbage"}, "field 'noise_floor' must be null or a dict"),
+    (lambda r: {"noise_floor": {"all": {"w1": "0.1"}}}, "noise_floor must map blocks to metric names"),
+    (lambda r: {"versions": {**r["versions"], "torch": "1.0"}}, "versions and environment name other versions of torch"),
+    (lambda r: {"finished_at": "yesterday"}, "finished_at must be null or an ISO 8601 timestamp"),
+    (lambda r: {"architecture_change": "relu->tanh"}, "sgd with these settings leaves the task's network as it is"),
+    # runs that cannot exist: a budget the method's budget rule refuses
+    (lambda r: {"method": "de", "config": {}, "architecture_change": None}, "a run that cannot exist: de: a budget"),
+    (lambda r: {"budget": 1e-300, "epochs_used": 0}, "a run that cannot exist: sgd: a budget of 1e-300"),
 ])
 def test_every_claim_a_record_makes_is_recomputed_by_verify_and_submit_alike(tmp_path, run_cli, edit, fragment):
     """An edited metric, another reference's sha256 or another fingerprint: the same line from both, before any
@@ -248,6 +262,41 @@ def test_every_claim_a_record_makes_is_recomputed_by_verify_and_submit_alike(tmp
         assert_one_line(code, err, EXIT_BAD_INPUT, str(folder / records.RESULT), fragment)
         lines.append(err)
     assert lines[0] == lines[1]
+
+
+def test_mc_dropout_s_recorded_network_change_must_be_the_one_its_settings_make(tmp_path, run_cli):
+    """A method that changes the network: the record must say how its settings change it, not another rate."""
+    config = records.as_recorded(dataclasses.asdict(resolve_config(METHODS["mc-dropout"], "toy-gap")))
+    change = METHODS["mc-dropout"].architecture_change(recorded_config(METHODS["mc-dropout"], config))
+    folder = write_run(tmp_path / "runs", "toy-gap", method="mc-dropout", budget=20.0, config=config,
+                       architecture_change=change)
+    assert records.checked_result(folder)["architecture_change"] == change
+    edited(folder, {**json.loads((folder / records.RESULT).read_text()),
+                    "architecture_change": change.replace(f"rate {config['rate']:g}", "rate 0.9")})
+    code, _, err = run_cli("verify", folder)
+    assert_one_line(code, err, EXIT_BAD_INPUT, f"mc-dropout with these settings changes the task's network ({change})")
+
+
+def test_one_refused_folder_is_its_own_line_and_verify_goes_on_to_the_others(tmp_path, run_cli):
+    """A record refused, or one whose re-execution fails (sgd diverging at the recorded step size), is its folder's
+    line on stderr; the folders after it are still verified, and the exit code says a folder was refused."""
+    out = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        code, _, err = run_cli("--method", "sgd", "--budget", 1, "--task", "toy-gap", "--out", out, "--seed", seed,
+                               "--quiet")
+        assert code == 0, err
+    folders = [out / "toy-gap" / "sgd" / "budget-1" / f"seed-{seed}" for seed in (0, 1, 2)]
+    refused = json.loads((folders[0] / records.RESULT).read_text())
+    edited(folders[0], {**refused, "finished_at": "yesterday"})
+    diverging = json.loads((folders[1] / records.RESULT).read_text())
+    edited(folders[1], {**diverging, "config": {**diverging["config"], "lr": 3e38},
+                        "resolved": {**diverging["resolved"], "lr": 3e38}})
+    code, text, err = run_cli("verify", *folders)
+    assert code == EXIT_BAD_INPUT
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"error: {folders[0] / records.RESULT}: finished_at"), (text, err)
+    assert lines[1].startswith(f"error: {folders[1]}: ") and "diverged" in lines[1], lines
+    assert f"{folders[2]}: verified (bitwise" in text and "1 of 3 runs verified; 2 refused or failed" in text
 
 
 def test_an_edited_metric_of_one_block_is_refused_in_one_line(tmp_path, run_cli):
@@ -274,3 +323,14 @@ def test_a_record_kept_alone_has_its_metrics_recomputed_from_the_re_execution(tm
     edited(folder, {**record, "metrics": {**record["metrics"], "w2": record["metrics"]["w2"] / 2}})
     code, text, _ = run_cli("verify", folder)
     assert code == 1 and "NOT VERIFIED" in text and "claims w2 =" in text
+
+
+def test_resolved_settings_recorded_as_null_are_unrecorded_as_the_validator_takes_them(tmp_path, run_cli):
+    """The validator takes ``resolved: null`` (records of older versions hold none); verify reads it so too, instead
+    of finding the re-execution's settings different from None."""
+    out = tmp_path / "runs"
+    assert run_cli("--method", "sgd", "--budget", 1, "--task", "toy-gap", "--out", out, "--quiet")[0] == 0
+    folder = out / "toy-gap" / "sgd" / "budget-1" / "seed-0"
+    edited(folder, {**json.loads((folder / records.RESULT).read_text()), "resolved": None})
+    code, text, err = run_cli("verify", folder)
+    assert code == 0 and "verified (bitwise" in text, (text, err)
