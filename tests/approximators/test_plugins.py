@@ -175,3 +175,19 @@ def test_a_count_beyond_64_bits_is_one_line(tmp_path, run_cli, setting, message)
     code, _, err = run_cli("--method", "sgd", "--budget", "2", "--task", "toy-gap", "--set", setting, "--out", tmp_path)
     assert_one_line(code, err, EXIT_BAD_INPUT, message)
     assert len(err) < 300
+
+
+def test_verify_compares_a_module_method_s_network_change_with_its_re_execution(tmp_path, run_cli, monkeypatch):
+    """The validator cannot ask a method that is not bdl-bench's how its settings change the network (its code runs
+    only where it is re-executed): verify compares the recorded change with the re-execution's."""
+    (tmp_path / "loose_methods.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "runs"
+    assert run_cli("--method", "loose_methods:Twins", "--budget", "2", "--task", "toy-gap", "--out", out,
+                   "--quiet")[0] == 0
+    folder = records.run_folder(out, "toy-gap", "twins", 2, 0)
+    record = json.loads((folder / records.RESULT).read_text())
+    (folder / records.RESULT).write_text(json.dumps({**record, "architecture_change": "relu->tanh"}))
+    code, out_text, _ = run_cli("verify", folder, "--method", "loose_methods:Twins")
+    assert code == 1 and "NOT VERIFIED" in out_text
+    assert "architecture_change 'relu->tanh' recorded, None re-executed" in out_text
