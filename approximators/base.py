@@ -511,18 +511,20 @@ def check_config_types(method: type[Approximator], config) -> None:
 
 def recorded_config(method: type[Approximator], values: dict):
     """The method's config from the values a run record holds (JSON: each of its field's type, a whole number for a
-    float allowed), checked as ``--set`` values are (:func:`check_settings`: bounds, choices, order), or one
-    :class:`ConfigError` line. A setting the record lacks takes its class default (older records lack newer
-    settings)."""
+    float allowed and held as that float, as ``--set`` parses it), checked as ``--set`` values are
+    (:func:`check_settings`: bounds, choices, order), or one :class:`ConfigError` line. A setting the record lacks
+    takes its class default (older records lack newer settings)."""
     hints = typing.get_type_hints(method.Config)
     unknown = [key for key in values if key not in hints]
-    wrong = [key for key, value in values.items() if key in hints and not fits_setting_type(value, hints[key])]
+    # within a float's range too: a whole number given for a float is held as that float below
+    wrong = [key for key, value in values.items() if key in hints and not _declared_value_fits(value, hints[key])]
     if unknown or wrong:
         raise ConfigError(f"{'unknown ' + ', '.join(unknown) if unknown else 'of the wrong type: ' + ', '.join(wrong)}")
     from approximators.boundary import users_code  # here, not at the top: the boundary is a leaf module
 
+    typed = {key: float(value) if hints[key] is float else value for key, value in values.items()}
     with users_code(method, "settings"):
-        config = method.Config(**values)
+        config = method.Config(**typed)
         check_settings(method.name, config)
     return config
 

@@ -219,19 +219,15 @@ def config_hash(config: dict) -> str:
 
 def complete_config(method: str, config: dict) -> dict:
     """A built-in method's recorded configuration with every setting it runs with: a setting the record lacks (an
-    older record, or one edited) at its default, a whole number given for a float as that float. One run is one
-    configuration, however its record spells it, so its entry's hash (:func:`config_hash`) is the same. Another
-    method's configuration as recorded (its class runs only in a process of its own)."""
+    older record, or one edited) at its default, a whole number given for a float as that float
+    (:func:`~approximators.base.recorded_config`). One run is one configuration, however its record spells it, so its
+    entry's hash (:func:`config_hash`) is the same. Another method's configuration as recorded (its class runs only in
+    a process of its own)."""
     from approximators import METHODS
     from approximators.base import recorded_config
 
     built_in = METHODS.get(method)
-    if built_in is None:
-        return config
-    complete = dataclasses.asdict(recorded_config(built_in, config))
-    hints = {field.name: field.type for field in dataclasses.fields(built_in.Config)}
-    return records.as_recorded({name: float(value) if hints[name] in (float, "float") and isinstance(value, int)
-                                and not isinstance(value, bool) else value for name, value in complete.items()})
+    return config if built_in is None else records.as_recorded(dataclasses.asdict(recorded_config(built_in, config)))
 
 
 def _reliability(task: Task, predictions: np.ndarray) -> dict | None:

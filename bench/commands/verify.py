@@ -17,7 +17,8 @@ def command(args) -> int:
     from leaderboard.submission import run_folders
 
     folders = run_folders(args.paths)
-    check_planned_epochs(claimed_epochs(folders, damaged_count_nothing=True), args.max_epochs, f"verifying {len(folders)} run(s)")
+    check_planned_epochs(claimed_epochs(folders, damaged_count_nothing=True), args.max_epochs,
+                         f"verifying {len(folders)} run(s)")
     results, failures, refused = [], 0, 0
     # Each folder is its own verdict: a record refused (damaged, another task or reference, a budget its method's rule
     # refuses) or a re-execution that fails (a method that is not bdl-bench's in its own process, exit 4; a built-in
