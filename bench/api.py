@@ -94,7 +94,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from approximators import ENTRY_POINT_GROUP, resolve_config, resolve_method
+from approximators import ENTRY_POINT_GROUP, method_source, resolve_config, resolve_method
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, member_generators,
                                 member_seeds, steps_for)
 from bench import records, sweep as sweep_runs
@@ -144,7 +144,7 @@ def run(task: str, method: str | type[Approximator], budget: float, seed: int = 
     with _torch_threads(threads):  # checks threads before a finished run is returned
         folder = records.run_folder(spec.out, get_task(spec.task, spec.cache).name, method_class.name, spec.budget,
                                     spec.seed)
-        if not spec.force and records.finished_with(folder, asdict(config), PYTHON):
+        if not spec.force and records.finished_with(folder, asdict(config), PYTHON, method_source(method_class)):
             return read_result(folder)
         return run_spec(spec)
 

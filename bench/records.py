@@ -50,22 +50,38 @@ def as_recorded(values: dict) -> dict:
     return json.loads(json_bytes(values))
 
 
-def finished_with(folder: Path, config: dict | None = None, spelling: Spelling = COMMAND_LINE) -> bool:
+ANY_SOURCE = object()
+"""What :func:`finished_with` takes for a run whose method's code is not compared."""
+
+
+def finished_with(folder: Path, config: dict | None = None, spelling: Spelling = COMMAND_LINE,
+                  source: str | None | object = ANY_SOURCE) -> bool:
     """Whether ``folder`` holds a finished run; one of another configuration than ``config`` (when given), or
-    whose record holds no configuration, is refused, naming what differs, in ``spelling``'s words (the command
+    whose record holds no configuration, or made by other code than ``source`` (when given: the method's
+    ``package.module:ClassName``, None for a built-in one, as :func:`approximators.method_source` gives it; two
+    classes may share a method's name), is refused, naming what differs, in ``spelling``'s words (the command
     line's ``--force`` or the API's ``force=True``). Changes nothing."""
     if not (folder / RESULT).exists():
         return False
-    held = read_result(folder).get("config")
+    record = read_result(folder)
+    held = record.get("config")
     wanted = as_recorded(config) if config is not None else None
+    force = spelling.given("force", True) if spelling.python else spelling.option("force")
     if wanted is not None and held != wanted:
-        force = spelling.given("force", True) if spelling.python else spelling.option("force")
         if not isinstance(held, dict):  # a damaged record: nothing to compare, nothing to reuse
             raise BenchError(f"{folder} already holds a finished run; pass {force} to overwrite it")
         raise BenchError(f"{folder} already holds a finished run of another configuration ("
                          f"{differences(held, wanted)}); choose another {spelling.option('out')}, or pass {force} to "
                          "replace it")
+    if source is not ANY_SOURCE and record.get("method_source") != source:
+        raise BenchError(f"{folder} already holds a finished run of another method's code "
+                         f"({_source_text(record.get('method_source'))}, not {_source_text(source)}); choose another "
+                         f"{spelling.option('out')}, or pass {force} to replace it")
     return True
+
+
+def _source_text(source: object) -> str:
+    return "bdl-bench's own" if source is None else shown(source)
 
 
 def check_unfinished(folder: Path, force: bool, config: dict | None = None) -> None:

@@ -239,7 +239,7 @@ def _check_predictive(method: type[Approximator], raw: np.ndarray, problem: Prob
     key, width = ("probs", problem.n_classes) if classification else ("samples", problem.n_predictive_samples)
     try:
         metrics.validate_predictive(raw, key, (int(problem.x_test.shape[0]), width),
-                                    f"method {method.name!r}'s predictive", problem.task)
+                                    f"method {method.name!r}: its predictive", problem.task)
     except metrics.MetricInputError as error:
         method_fault(method, str(error))
     return np.asarray(raw, dtype=np.float64)

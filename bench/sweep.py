@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from approximators import resolve_config, resolve_method
+from approximators import method_source, resolve_config, resolve_method
 from bench import executors, records
 from bench.budget import budget_label
 from bench.errors import COMMAND_LINE, ConfigError, Spelling
@@ -122,7 +122,7 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
                     spec = RunSpec(task=task, method=given, budget=budget, seed=seed, device=device, out=root,
                                    overrides=variant.overrides, force=force, cache=cache, command=command,
                                    keep_predictions=keep_predictions)
-                    finished = not force and records.finished_with(folder, config, spelling)
+                    finished = not force and records.finished_with(folder, config, spelling, method_source(method))
                     runs.append(PlannedRun(spec, name, variant.name, folder, finished))
     return runs
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from bench import scripts
 from bench.arguments import positive_whole
 from bench.docblocks import calibration_table
-from bench.errors import BenchError
 from bench.io import atomic_write_bytes, json_bytes
 from bench.runner import environment
 from leaderboard import gate
@@ -46,10 +45,7 @@ def main() -> None:
         parser.error(f"--sets, --seeds and --workers must be at least 1, got --sets {args.sets} --seeds {args.seeds} "
                      f"--workers {args.workers}")
     started = time.monotonic()
-    try:
-        rows = calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods, args.quiet)
-    except BenchError as error:  # a damaged baseline or a failed run: one line, as the CLI reports it
-        parser.exit(1, f"error: {error}\n")
+    rows = calibration(args.baseline, args.sets, args.seeds, args.workers, args.methods, args.quiet)
     print(calibration_table(rows))
     if args.out is not None:
         result = {"command": shlex.join(["python", "benchmarks/gate_calibration.py", *sys.argv[1:]]),

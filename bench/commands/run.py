@@ -13,7 +13,7 @@ from bench.errors import BenchError, FailedElsewhere, terminal_text
 
 
 def command(args) -> int:
-    from approximators import get_method, resolve_config
+    from approximators import get_method, method_source, resolve_config
     from bench import executors
     from bench.progress import Progress, run_title
     from bench.runner import RunSpec, check_label, resolve_device, run
@@ -46,7 +46,7 @@ def command(args) -> int:
                 folder = records.run_folder(out, task, method.name, args.budget, seed)
                 # The same run finished before (same configuration) is shown, not trained again, as sweep does; a
                 # finished run of another configuration is refused in one line.
-                if not args.force and records.finished_with(folder, config):
+                if not args.force and records.finished_with(folder, config, source=method_source(method)):
                     earlier.append(folder)
                 else:
                     runs.append((task, seed))

@@ -19,7 +19,7 @@ from bench.budget import DEFAULT_MAX_EPOCHS, check_planned_epochs
 from bench.errors import BenchError, FailedElsewhere, cannot_write, shown
 from bench.progress import Progress, run_title
 from bench.arguments import SEED_LIMIT
-from bench.runner import RunSpec, environment, run
+from bench.runner import RunSpec, environment
 from bench.tasks import DEFAULT_TASKS, get_task
 from leaderboard.ranking import STD_DDOF
 from leaderboard.store import OVERALL_BLOCK
@@ -52,18 +52,36 @@ def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str,
             if workers > 1:
                 results = _measured_in_workers(specs, workers, threads, progress)
             else:
-                results = {}
-                for (method, task, seed), spec in specs.items():
-                    title = run_title(task, method, spec.budget, seed)
-                    with progress.epochs(title, spec.budget) as on_progress:
-                        results[method, task, seed] = run(spec, on_progress=on_progress)
-                    progress.finished(title, failed=False)
+                results = _measured_here(specs, threads, progress)
     measured: dict = {}
     for (method, task, _), result in results.items():
         measured.setdefault(method, {}).setdefault(task, []).append(
             {"metrics": {OVERALL_BLOCK: result["metrics"], **result["metrics_by_block"]},
              **{name: result[name] for name in BUDGET_FIELDS}})
     return measured
+
+
+def _measured_here(specs: dict[tuple, RunSpec], threads: int, progress: Progress) -> dict:
+    """Every spec's result, one run after another (:func:`bench.executors.run_in_process`): a built-in method's in
+    this process, someone else's in a process of its own, so that whatever ends its code (``os._exit``, a crash, a
+    ``KeyboardInterrupt`` of its own, a thread left running) is one line, its failure, and never a silent exit of
+    the gate. The first failure ends the measurement; each finished run is counted on ``progress``."""
+    keys = {id(spec): key for key, spec in specs.items()}
+    done = {}
+
+    def title(spec: RunSpec) -> str:
+        method, task, seed = keys[id(spec)]
+        return run_title(task, method, spec.budget, seed)
+
+    def finished(spec: RunSpec, outcome) -> None:
+        progress.finished(title(spec), outcome.result is None)
+        if outcome.result is None:
+            raise FailedElsewhere(outcome.exit_code, outcome.failure)
+        done[keys[id(spec)]] = outcome.result
+
+    executors.run_in_process(list(specs.values()), threads, finished,
+                             lambda spec: progress.epochs(title(spec), spec.budget))
+    return done
 
 
 def _measured_in_workers(specs: dict[tuple, RunSpec], workers: int, threads: int, progress: Progress) -> dict:
@@ -166,6 +184,8 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     if not STD_DDOF < n_seeds <= SEED_LIMIT:  # seeds 0..n-1 lie in [0, 2^63)
         raise BenchError(f"--seeds must be at least {STD_DDOF + 1} to measure a standard deviation and at most 2^63, "
                          f"got {shown(n_seeds)}")
+    # Someone else's code is first loaded in a process of its own, where whatever ends it is one line, its failure.
+    executors.check_isolated(specs, [(task, ()) for task in tasks], threads)
     loaded = _loaded(specs)
     aliases = {alias: name for name, (spec, _) in loaded.items() for alias in (name, spec)}
     own_budgets, own_settings = _by_name("--budget", budgets, aliases), _by_name("--set", settings, aliases)
@@ -304,6 +324,19 @@ def _load_gated(path: Path, name: str, source: str) -> None:
         raise BenchError(f"{path} gates the method {name!r}, but {source} now loads a method named {method.name!r}")
 
 
+def _load_gated_elsewhere(path: Path, methods: list[str], sources: dict[str, str], threads: int) -> None:
+    """:func:`_load_gated` for those of ``methods`` that are someone else's code, first in a process of its own: a
+    module that ends its process when imported is one line, its failure, not a silent end of the gate."""
+    foreign = [method for method in methods if executors.isolates(sources[method])]
+    if not foreign:
+        return
+    with executors.Isolated(sources[foreign[0]], threads) as isolated:
+        for method in foreign:
+            outcome = isolated.call(_load_gated, path, method, sources[method])
+            if outcome.exit_code:
+                raise FailedElsewhere(outcome.exit_code, outcome.failure)
+
+
 def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None = None,
           tolerance: float | None = None, statistical: bool = False,
           max_epochs: float = DEFAULT_MAX_EPOCHS, workers: int = 1, threads: int = 1,
@@ -327,6 +360,7 @@ def check(path: Path, methods: list[str] | None = None, tasks: list[str] | None 
     methods = _subset([aliases.get(m, m) for m in methods or []], list(baseline["results"]), "method", path)
     vet_sources(sources, methods, path, trusted)
     tasks = _subset(tasks, configuration["tasks"], "task", path)
+    _load_gated_elsewhere(path, methods, sources, threads)
     for method in methods:
         _load_gated(path, method, sources[method])
     started = time.perf_counter()

@@ -37,6 +37,7 @@ def test_every_script_parses_with_the_shared_grammar_and_runs_inside_the_boundar
     (["converged_gap.py", "linear", "--row", "3"], "did you mean --rows?"),
     (["nuts_crosscheck.py", "--task", "nope"], "unknown task 'nope'"),
     (["gate_calibration.py", "--seeds", "1_0"], "not a whole number written in digits"),
+    (["gate_calibration.py", "--baseline", "/nonexistent/baseline.json"], "/nonexistent/baseline.json"),
 ])
 def test_a_script_s_bad_argument_is_one_line_and_exit_code_2(args, fragment):
     done = subprocess.run([sys.executable, str(BENCHMARKS / args[0]), *args[1:]], capture_output=True, text=True,

@@ -32,17 +32,30 @@ PLUGIN = textwrap.dedent('''
         name = "ordered"
         summary = "sgd with two ordered marks it ignores"
         Config = OrderedConfig
+
+
+    class Exits(MAP):
+        name = "exits"
+        summary = "ends its process in its fit"
+
+        def fit(self, problem, data, generator):
+            import os
+            os._exit(0)
 ''')
 
 
-def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path):
+def _honesty_table(tmp_path, *methods, out=None):
     (tmp_path / "ordered_plugin.py").write_text(PLUGIN)
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "honesty_table.py"), "--methods", *methods,
+                           "--tasks", "toy-gap", "--settings", "--train-rows", "64",
+                           *(["--out", str(out)] if out else [])], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+                                         "OMP_NUM_THREADS": "1"})
+
+
+def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path):
     out = tmp_path / "honesty.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "honesty_table.py"), "--methods",
-                           "ordered_plugin:Ordered", "--tasks", "toy-gap", "--settings", "--train-rows", "64",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
-                               "OMP_NUM_THREADS": "1"})
+    done = _honesty_table(tmp_path, "ordered_plugin:Ordered", out=out)
     assert done.returncode == 0 and not done.stderr, done.stderr
     kept = json.loads(out.read_text())
     rows = kept["tables"]["not probed"]["rows"]
@@ -53,3 +66,14 @@ def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path):
     assert refused[0]["why"].endswith("low (0.5) must not exceed high (0.4): the low mark is never above the high one")
     assert kept["probes"] >= 2 and kept["dishonest"] == 0, kept["probes"]
     assert f"{kept['probes']} probes, 0 dishonest, 1 not probed" in done.stdout
+
+
+def test_a_method_that_ends_its_process_is_its_failure_and_the_others_are_still_probed(tmp_path):
+    """The probe ran a user's method in the script's own process: os._exit(0) in its fit ended the script with exit
+    0 and no word, and a method that raised ended it before the next method was probed."""
+    done = _honesty_table(tmp_path, "ordered_plugin:Exits", "ordered_plugin:Ordered")
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(
+        "error: ordered_plugin:Exits on toy-gap: method 'exits': its process ended with exit code 0 in its fit"), \
+        done.stderr
+    assert "ordered_plugin:Ordered toy-gap: 3 probed" in done.stdout, done.stdout

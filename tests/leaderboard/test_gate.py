@@ -507,10 +507,10 @@ def test_a_baseline_never_chooses_code_to_import(tmp_path, run_cli, user_method)
 ])
 def test_a_bad_update_of_a_user_baseline_is_one_line_before_any_run(tmp_path, run_cli, user_method, monkeypatch,
                                                                      options, message):
-    def no_run(spec):
-        raise AssertionError(f"{spec.method} ran before the update's options were checked")
+    def no_run(*_):
+        raise AssertionError("a run started before the update's options were checked")
 
-    monkeypatch.setattr(gate.runs, "run", no_run)
+    monkeypatch.setattr(gate.runs, "measure", no_run)
     code, _, err = _update(run_cli, tmp_path / "mine.json", *options)
     assert_one_line(code, err, 2, message)
     assert not (tmp_path / "mine.json").exists()

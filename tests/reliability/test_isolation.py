@@ -226,6 +226,29 @@ def test_verify_reports_a_re_execution_that_ends_its_process_and_verifies_the_ot
     assert not db.exists()
 
 
+def test_the_gate_reports_a_method_that_ends_its_process_and_never_passes_silently(tmp_path, site, monkeypatch):
+    """`check` with one worker ran a plugin in its own process: os._exit(0) in fit ended the CI gate with exit 0
+    and no word (it passed), os._exit(1) with exit 1 and no word (read as "check found a failure"), a module ending
+    its process at import likewise, and a KeyboardInterrupt the method raised was reported as the user's Ctrl-C."""
+    baseline = tmp_path / "mine.json"
+    code, _, err = _command("check", "--update", "--baseline", baseline, "--method", "uncatchable:ExitsOnce",
+                            "--task", "toy-gap", "--seeds", "2", "--budget", "2", "--quiet")
+    assert code == 0, err
+    monkeypatch.setenv("EXIT_ONCE_MARK", str(tmp_path / "exited"))
+    code, out, err = _command("check", "--baseline", baseline, "--method", "uncatchable:ExitsOnce", "--quiet")
+    assert_one_line(code, err, EXIT_METHOD)
+    assert _failed(err, "exits-once", "fit", "ended with exit code 0") and "check passed" not in out, (out, err)
+    for method, part in (("exits_hard_at_import:Anything", "import"), ("uncatchable:ExitsHard", "fit")):
+        code, _, err = _command("check", "--update", "--baseline", tmp_path / "new.json", "--method", method,
+                                "--task", "toy-gap", "--seeds", "2", "--budget", "2", "--quiet")
+        assert_one_line(code, err, EXIT_METHOD)
+        assert _failed(err, method if part == "import" else "exits-hard", part, "ended with exit code 0"), err
+        assert not (tmp_path / "new.json").exists()
+    code, _, err = _command("check", "--update", "--baseline", tmp_path / "new.json", "--method",
+                            "uncatchable:RaisesInterrupt", "--task", "toy-gap", "--seeds", "2", "--budget", "2")
+    assert_one_line(code, err, EXIT_METHOD, "method 'raises-interrupt' raised KeyboardInterrupt in its fit")
+
+
 def _running(pid: int) -> bool:
     """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
     try:

@@ -71,6 +71,40 @@ def test_a_finished_run_is_found_before_any_task_trains(tmp_path, run_cli):
     assert snapshot(tmp_path) == before
 
 
+TWINS = textwrap.dedent("""
+    from approximators.map import MAP
+
+    class First(MAP):
+        name = "twin"
+
+    class Second(MAP):
+        name = "twin"
+        summary = "another class of the same name and settings"
+""")
+
+
+def test_a_finished_run_of_another_class_of_the_same_name_is_refused_not_shown_as_its_own(tmp_path, run_cli,
+                                                                                          monkeypatch):
+    """Two classes may share a method's name and settings: a finished run of one was shown by `run`, `sweep` and
+    the API as the other's, "finished earlier", its record naming the first class's code."""
+    from bench import api
+
+    (tmp_path / "twins.py").write_text(TWINS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "runs"
+    assert run_cli("--method", "twins:First", "--task", "toy-gap", "--budget", "1", "--out", out, "--quiet")[0] == 0
+    before = snapshot(out)
+    for command in (("--method", "twins:Second"), ("sweep", "--method", "twins:Second")):
+        code, _, err = run_cli(*command, "--task", "toy-gap", "--budget", "1", "--out", out, "--quiet")
+        assert_one_line(code, err, EXIT_BAD_INPUT, "another method's code ('twins:First', not 'twins:Second')",
+                        "--force")
+    with pytest.raises(records.BenchError, match="another method's code .*force=True"):
+        api.run("toy-gap", "twins:Second", 1, out=out)
+    assert snapshot(out) == before
+    code, out_text, err = run_cli("--method", "twins:First", "--task", "toy-gap", "--budget", "1", "--out", out)
+    assert code == 0 and "finished earlier with the same settings" in out_text, err
+
+
 @pytest.mark.parametrize("tasks", [("toy-gap", "toy-gap"), ("toy-gap", "digits", "toy-gap")])
 def test_a_repeated_task_runs_once(tmp_path, run_cli, tasks):
     code, out, err = run_cli("--method", "sgd", "--budget", "1", "--out", tmp_path, "--quiet",
