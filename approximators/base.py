@@ -558,7 +558,11 @@ def resolve_config(method: type[Approximator], task: str, overrides: dict[str, s
     if not parsed:
         return config
     with users_code(method, "settings"):
-        config = method.Config(**{**values, **parsed})
+        try:
+            config = method.Config(**{**values, **parsed})
+        except ValueError as refusal:  # the method's own check of these values (a dataclass's __post_init__)
+            given = ", ".join(f"{spelling.setting(key)}={overrides[key]}" for key in parsed)
+            raise ConfigError(f"method {method.name!r} refuses {given}: {refusal}") from None
         check_config_types(method, config)
         check_settings(method.name, config)
     return config

@@ -100,6 +100,41 @@ def test_a_method_s_own_order_of_settings_is_refused_in_its_own_terms():
     check_settings("mine", Own(low_fraction=0.25))
 
 
+def test_a_value_error_from_post_init_refuses_set_values_and_is_the_method_s_failure_for_its_defaults():
+    """A user's constraint written as Python writes it, in ``__post_init__``: for ``--set`` values it refused them
+    as "failed in its settings" (the method's failure, exit 4, naming neither the values nor ending only their
+    variant); it is bad input naming the values, and still the method's failure for its own defaults."""
+    from dataclasses import dataclass
+
+    from approximators.map import MAP, MAPConfig
+    from bench.errors import MethodFailed
+
+    @dataclass(frozen=True)
+    class Ordered(MAPConfig):
+        first: int = 1
+        second: int = 2
+
+        def __post_init__(self):
+            if not self.first < self.second:
+                raise ValueError(f"first ({self.first}) must come before second ({self.second})")
+
+    class Mine(MAP):
+        name = "mine"
+        Config = Ordered
+
+    with pytest.raises(ConfigError) as refused:
+        resolve_config(Mine, "toy-gap", {"first": "3"})
+    assert str(refused.value) == "method 'mine' refuses --set first=3: first (3) must come before second (2)"
+    assert resolve_config(Mine, "toy-gap", {"first": "0"}).first == 0
+
+    class MineBadDefaults(Mine):
+        name = "mine-bad-defaults"
+        TASK_DEFAULTS = {"toy-gap": {"first": 5}}
+
+    with pytest.raises(MethodFailed, match="'mine-bad-defaults' failed in its settings: ValueError: first"):
+        resolve_config(MineBadDefaults, "toy-gap", {"first": "0"})
+
+
 @pytest.mark.parametrize("method", ["laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag", "vogn"])
 def test_predictive_draws_are_bounded_before_any_work(method):
     """Each draw is a pass over the test set that no budget charges: the count itself is bounded."""
