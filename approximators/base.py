@@ -32,7 +32,7 @@ from bench.errors import COMMAND_LINE, ConfigError, DoesNotFit, Spelling, shown
 from bench.memory import Room, room
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
-from bench.tasks import PREDICTIVE_SAMPLES, Task
+from bench.tasks import PREDICTIVE_SAMPLES, Task, all_task_names
 
 EVAL_CHUNK = 4096
 """Test rows evaluated at once, to bound memory for large test sets and many members."""
@@ -485,6 +485,9 @@ def check_declared_settings(method: type[Approximator], hints: dict[str, type]) 
         method_fault(method, f"method {method.name!r}: TASK_DEFAULTS must be a dict from task names to dicts of "
                              f"settings, not a {type(declared).__name__}")
     for task, values in declared.items():
+        if task not in all_task_names():  # a misspelt task's defaults would never apply, silently
+            method_fault(method, f"method {method.name!r}: TASK_DEFAULTS names {shown(task)}, which is no task "
+                                 f"({', '.join(all_task_names())})")
         if not isinstance(values, dict):
             method_fault(method, f"method {method.name!r}: TASK_DEFAULTS[{shown(task)}] must be a dict of settings, "
                                  f"not a {type(values).__name__}")

@@ -134,6 +134,29 @@ def honesty_probes() -> str:
     return f"{measured_table('honesty', 'probes', 'g')}\n{kept['probes']} probes, {kept['dishonest']} dishonest.\n"
 
 
+def honesty_summary() -> str:
+    """The honesty probe's kept table (``benchmarks/results/honesty.json``) summed up per method: its probes, tasks,
+    probes at non-default settings, the settings those moved, and how many probes were honest."""
+    from tabulate import tabulate
+
+    kept = kept_measurement("honesty")
+    table = kept["tables"]["probes"]
+    by_method: dict[str, list[dict]] = {}
+    for values in table["rows"]:
+        row = dict(zip(table["columns"], values))
+        by_method.setdefault(row["method"], []).append(row)
+    rows = []
+    for method, probes in by_method.items():
+        moved = [probe["settings"] for probe in probes if probe["settings"] != "(defaults)"]
+        honest = sum(probe["honest"] == "yes" for probe in probes)
+        rows.append({"method": f"`{method}`", "probes": len(probes), "tasks": len({probe["task"] for probe in probes}),
+                     "non-default settings probed": len(moved),
+                     "settings moved": ", ".join(sorted({part.split("=")[0] for text in moved for part in text.split()})),
+                     "honest": f"{honest} of {len(probes)}"})
+    return (f"`{kept['command']}`, {kept['date']}, {kept['minutes']:g} minutes on {kept['cpu']}: {kept['probes']} "
+            f"probes, {kept['dishonest']} dishonest; per method:\n\n{tabulate(rows, headers='keys', tablefmt='github')}\n")
+
+
 OFFICIAL_TRAIN_ROWS = {"cifar10": 50_000, "cifar10c": 50_000, "imdb": 25_000}
 """Training rows of the competition tasks whose training set has one official size (CIFAR-10's and IMDB's training
 sets; ``cifar10c`` trains on CIFAR-10's), to scale a measured epoch to a whole run."""
@@ -195,6 +218,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "reference-architectures": _architectures_table,
     "competition-run-time": competition_run_time,
     "honesty-probes": honesty_probes,
+    "honesty-summary": honesty_summary,
     "gpu-check": gpu_check,
     **{name: (lambda stem=stem, table=table, floatfmt=floatfmt: measured_table(stem, table, floatfmt))
        for name, (stem, table, floatfmt) in MEASURED_TABLES.items()},

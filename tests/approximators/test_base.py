@@ -135,6 +135,19 @@ def test_a_value_error_from_post_init_refuses_set_values_and_is_the_method_s_fai
         resolve_config(MineBadDefaults, "toy-gap", {"first": "0"})
 
 
+def test_task_defaults_for_a_task_that_does_not_exist_are_the_method_s_failure():
+    """A misspelt task in TASK_DEFAULTS was accepted without a word, its defaults never applied."""
+    from approximators.map import MAP
+    from bench.errors import MethodFailed
+
+    class Misspelt(MAP):
+        name = "misspelt"
+        TASK_DEFAULTS = {"toy-gapp": {"lr": 0.1}}
+
+    with pytest.raises(MethodFailed, match="TASK_DEFAULTS names 'toy-gapp', which is no task"):
+        resolve_config(Misspelt, "toy-gap")
+
+
 @pytest.mark.parametrize("method", ["laplace", "mc-dropout", "mfvi", "swag", "swag-diag", "multiswag", "vogn"])
 def test_predictive_draws_are_bounded_before_any_work(method):
     """Each draw is a pass over the test set that no budget charges: the count itself is bounded."""
