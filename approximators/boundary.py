@@ -26,7 +26,8 @@ from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, NoReturn
 
 from approximators.registry import METHODS
-from bench.errors import EXIT_ENVIRONMENT, MACHINE_ERRNOS, BenchError, MethodFailed, out_of_memory, text_of
+from bench.errors import (EXIT_ENVIRONMENT, MACHINE_ERRNOS, BenchError, MethodFailed, OverBudget, out_of_memory,
+                          text_of)
 
 on_call: Callable[[str | None, str | None], None] | None = None
 """Hears ``(method name, part)`` as a call into someone else's code starts and ``(None, None)`` as it ends (a worker
@@ -93,6 +94,8 @@ def guarded(name: str, what: str, line: Callable[[BaseException], str]) -> Itera
         on_call(name, what)
     try:
         yield
+    except OverBudget as error:  # the meter refused a read past the budget: the method did not stop in time
+        raise MethodFailed(line(error)) from error
     except (BenchError, MethodFailed, KeyboardInterrupt):
         raise
     except BaseException as error:  # SystemExit, GeneratorExit, its own BaseException: all the method's

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from bench.errors import BudgetExhausted, ConfigError, MeterMisuse, shown
+from bench.errors import BudgetExhausted, ConfigError, MeterMisuse, OverBudget, shown
 
 
 PROGRESS_REPORTS = 1000
@@ -136,10 +136,10 @@ class BudgetMeter:
         return self._test_examples / self._n_test if self._n_test else 0.0
 
     def charge(self, n_examples: int) -> None:
-        """Charges ``n_examples`` (a positive whole number) or raises :class:`BudgetExhausted`, charging nothing."""
+        """Charges ``n_examples`` (a positive whole number) or raises :class:`~bench.errors.OverBudget`, charging nothing."""
         n_examples = _count(n_examples, "a charge", 1)
         if self._examples + n_examples > self._limit:
-            raise BudgetExhausted(
+            raise OverBudget(
                 f"over budget: {self.epochs_used:.3f} of {self._budget_epochs:g} epochs used, "
                 f"asked for {n_examples / self._n_train:.3f} more")
         _assign(self, _examples=self._examples + n_examples)

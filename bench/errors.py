@@ -58,6 +58,11 @@ class BudgetExhausted(BenchError):
     """A method asked for more training data than its epoch budget allows."""
 
 
+class OverBudget(BudgetExhausted):
+    """The meter refused a read of training data past the budget: a method that did not stop in time (someone
+    else's method's own failure; a budget refused before training is a plain :class:`BudgetExhausted`)."""
+
+
 class DoesNotFit(MachineRefused, BudgetExhausted):
     """The memory plan found that a run with these settings and budget cannot fit in the memory the machine leaves
     it: the machine's refusal (exit 3), as running out would be, found before anything is allocated; a sweep skips

@@ -140,6 +140,13 @@ MODULE = textwrap.dedent('''
         def fit(self, problem, data, generator):
             open("/nonexistent/bdl-bench-test")
 
+    class Overspends(Faulty):
+        name = "overspends"
+        def fit(self, problem, data, generator):
+            import torch
+            while True:
+                data.batch(torch.arange(problem.n_train))
+
     class DiskFull(Faulty):
         name = "disk-full"
         def fit(self, problem, data, generator):
@@ -318,6 +325,7 @@ def _printable_line(err: str) -> bool:
     ("LooksBuiltIn", EXIT_METHOD, "'looks-built-in' failed in its fit: ValueError: a plugin's bug"),
     ("MissingFile", EXIT_METHOD, "'missing-file' failed in its fit: FileNotFoundError"),
     ("DiskFull", EXIT_ENVIRONMENT, "'disk-full' failed in its fit: OSError: [Errno 28]"),
+    ("Overspends", EXIT_METHOD, "'overspends' failed in its fit: OverBudget: over budget: 2.000 of 2 epochs"),
     ("OutOfMemory", EXIT_ENVIRONMENT, "'out-of-memory' ran out of memory in its fit"),
     ("MetaTensor", EXIT_METHOD, "'meta-tensor' failed in its predictive: "),
     ("Generator", EXIT_METHOD, "'generator'"),
