@@ -49,10 +49,7 @@ def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str,
                                                overrides=tuple(settings.get(method, {}).items()))
                  for method, tasks in tasks_of.items() for task in tasks for seed in seeds}
         with Progress(len(specs), quiet, "check") as progress:
-            if workers > 1:
-                results = _measured_in_workers(specs, workers, threads, progress)
-            else:
-                results = _measured_here(specs, threads, progress)
+            results = _measured(specs, workers, threads, progress)
     measured: dict = {}
     for (method, task, _), result in results.items():
         measured.setdefault(method, {}).setdefault(task, []).append(
@@ -61,13 +58,15 @@ def measure(tasks_of: dict[str, list[str]], seeds: list[int], budgets: dict[str,
     return measured
 
 
-def _measured_here(specs: dict[tuple, RunSpec], threads: int, progress: Progress) -> dict:
-    """Every spec's result, one run after another (:func:`bench.executors.run_in_process`): a built-in method's in
-    this process, someone else's in a process of its own, so that whatever ends its code (``os._exit``, a crash, a
-    ``KeyboardInterrupt`` of its own, a thread left running) is one line, its failure, and never a silent exit of
-    the gate. The first failure ends the measurement; each finished run is counted on ``progress``."""
+def _measured(specs: dict[tuple, RunSpec], workers: int, threads: int, progress: Progress) -> dict:
+    """Every spec's result, in the order of ``specs`` (the seeds' order), or the first failure as the process that
+    ran it described it; each finished run is counted on ``progress``. With one worker, one run after another
+    (:func:`bench.executors.run_in_process`: a built-in method's in this process, someone else's in a process of its
+    own, so that whatever ends its code, ``os._exit``, a crash, a ``KeyboardInterrupt`` of its own, a thread left
+    running, is one line and never a silent exit of the gate), and the first failure ends the measurement; with
+    more, in ``workers`` processes (:func:`bench.executors.run_in_workers`), the runs under way finishing first."""
     keys = {id(spec): key for key, spec in specs.items()}
-    done = {}
+    done, failures = {}, []
 
     def title(spec: RunSpec) -> str:
         method, task, seed = keys[id(spec)]
@@ -76,29 +75,17 @@ def _measured_here(specs: dict[tuple, RunSpec], threads: int, progress: Progress
     def finished(spec: RunSpec, outcome) -> None:
         progress.finished(title(spec), outcome.result is None)
         if outcome.result is None:
-            raise FailedElsewhere(outcome.exit_code, outcome.failure)
-        done[keys[id(spec)]] = outcome.result
-
-    executors.run_in_process(list(specs.values()), threads, finished,
-                             lambda spec: progress.epochs(title(spec), spec.budget))
-    return done
-
-
-def _measured_in_workers(specs: dict[tuple, RunSpec], workers: int, threads: int, progress: Progress) -> dict:
-    """Every spec's result in ``workers`` processes, in the order of ``specs`` (the seeds' order), or the first
-    failure as its process described it; each finished run is counted on ``progress``."""
-    keys = {id(spec): key for key, spec in specs.items()}
-    done, failures = {}, []
-
-    def finished(spec: RunSpec, outcome) -> None:
-        method, task, seed = keys[id(spec)]
-        progress.finished(run_title(task, method, spec.budget, seed), outcome.result is None)
-        if outcome.result is None:
             failures.append(outcome)
+            if workers == 1:
+                raise FailedElsewhere(outcome.exit_code, outcome.failure)
         else:
             done[keys[id(spec)]] = outcome.result
 
-    executors.run_in_workers(list(specs.values()), workers, threads, finished)
+    if workers > 1:
+        executors.run_in_workers(list(specs.values()), workers, threads, finished)
+    else:
+        executors.run_in_process(list(specs.values()), threads, finished,
+                                 lambda spec: progress.epochs(title(spec), spec.budget))
     if failures:
         raise FailedElsewhere(failures[0].exit_code, failures[0].failure)
     return {key: done[key] for key in specs}
