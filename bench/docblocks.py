@@ -53,6 +53,18 @@ def _shipped_fidelity() -> str:
     return shipped.fidelity_tables(shipped.rows()[0])
 
 
+def _shipped_store() -> str:
+    from leaderboard import shipped
+
+    return shipped.store_summary()
+
+
+def _shipped_separation() -> str:
+    from leaderboard import shipped
+
+    return shipped.separation_table(shipped.rows()[0])
+
+
 CALIBRATION = ROOT / "benchmarks" / "results" / "gate-calibration.json"
 """What ``python benchmarks/gate_calibration.py --out`` kept: the gate's statistical mode against fresh seeds."""
 
@@ -212,6 +224,8 @@ def gpu_check() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "gate-calibration": _gate_calibration,
     "shipped-fidelity": _shipped_fidelity,
+    "shipped-store": _shipped_store,
+    "shipped-separation": _shipped_separation,
     "reference-diagnostics": _reference_table,
     "reference-floor-parts": _floor_parts_table,
     "nuts-crosschecks": _nuts_table,

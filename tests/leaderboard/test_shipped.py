@@ -4,6 +4,7 @@ reproducible here."""
 
 import json
 
+import numpy as np
 import pytest
 
 from approximators import METHODS
@@ -20,8 +21,9 @@ def store(tmp_path, monkeypatch, make_run):
     root = tmp_path / "shipped"
     for task in ("digits", "toy-gap"):
         for method, amount in (("sgd", 0.3), ("de", 0.1)):
-            for seed in shipped.SEEDS:
-                folder = make_run(root, task, method=method, seed=seed, amount=amount + 0.01 * seed)
+            for seed in (0, 1, 2):
+                folder = make_run(root, task, method=method, seed=seed, amount=amount + 0.01 * seed,
+                                  environment={"cpu": "Test CPU"})
                 (folder / records.PREDICTIONS).unlink()
     monkeypatch.setattr(shipped, "FOLDER", root)
     return root
@@ -98,6 +100,63 @@ def test_the_readme_table_ranks_each_task_s_best_entries_at_the_largest_budget(s
 
 
 
+def test_the_sweeps_commands_are_the_sweeps():
+    """Each command the docs print plans exactly its sweep: every method and task, its budgets and seeds."""
+    from bench import cli
+
+    for sweep, command in zip(shipped.SWEEPS, shipped.SWEEP_COMMANDS):
+        words = command.split()
+        assert words[:4] == ["python", "-m", "bench", "sweep"] and command == sweep.command()
+        args = cli.build_parser().parse_args(words[3:])
+        assert (tuple(args.methods), tuple(args.tasks)) == (shipped.METHODS, shipped.TASKS)
+        assert (tuple(args.budgets), tuple(args.seeds)) == (sweep.budgets, sweep.seeds)
+        assert (args.skip_infeasible, args.no_predictions, str(args.out)) == (True, True, "leaderboard/shipped")
+        assert sweep.command(wrap=" \\\n  ").replace(" \\\n  ", " ") == command
+    assert shipped.BUDGETS == (10.0, 100.0, 1000.0) and shipped.seeds_at(1000.0) == tuple(range(10))
+    assert shipped.seeds_at(10.0) == (0, 1, 2)
+
+
+def test_the_store_s_account_counts_its_records(store):
+    text = shipped.store_summary()
+    assert all(command in text.replace(" \\\n  ", " ") for command in shipped.SWEEP_COMMANDS)
+    size = sum((folder / records.RESULT).stat().st_size for folder in shipped.folders()) / 1e6
+    assert f"12 runs (12 at budget 10 over seeds 0-2), {size:.1f} MB of records, made in 0 minutes" in text
+    assert "on Test CPU (each run" in text
+    folder = records.run_folder(store, "digits", "sgd", 10.0, 0)
+    result = json.loads((folder / records.RESULT).read_text())
+    (folder / records.RESULT).write_text(json.dumps({**result, "budget": 1000.0, "wall_seconds": 600.0,
+                                                     "environment": {"cpu": "Other CPU"}}))
+    folder = records.run_folder(store, "digits", "sgd", 10.0, 1)
+    result = json.loads((folder / records.RESULT).read_text())
+    (folder / records.RESULT).write_text(json.dumps({**result, "wall_seconds": 1200.0}))
+    text = shipped.store_summary()
+    assert "12 runs (11 at budget 10 over seeds 0-2, 1 at budgets 100 and 1000 over seeds 0-0)" in text
+    assert "made in 30 minutes of one core by the records' `wall_seconds` (10 of them at budget 1000)" in text
+    assert "on Other CPU and Test CPU" in text
+
+
+def test_the_separation_table_says_what_the_seeds_tell_apart(tmp_path, make_run):
+    """Two methods whose distances differ by about their seeds' spread: 3 seeds do not tell them apart, 10 do, and the
+    table says both; where both score the same on every seed, they are tied."""
+    root = tmp_path / "shipped"
+    scatter = [-1, 0, 1, -1, 0, 1, -1, 0, 1, 0]
+    for method, centre in (("sgd", 0.13), ("de", 0.10)):
+        for seed in range(10):
+            make_run(root, "toy-gap", method=method, seed=seed, budget=100.0, amount=centre + 0.03 * scatter[seed])
+        for seed in range(3):
+            make_run(root, "digits", method=method, seed=seed, budget=1000.0, amount=0.2)
+    table = shipped.separation_table(shipped.rows(root=root)[0])
+
+    def cells(task):
+        return [cell.strip() for cell in next(line for line in table.splitlines()
+                                              if line.startswith(f"| {task} ")).strip("|").split("|")]
+
+    assert cells("toy-gap") == ["toy-gap", "100", "10", "2", "de", "2", "1", "sgd", "yes", ""]
+    assert cells("digits")[1:4] == ["1000", "3", "2"] and cells("digits")[5:] == ["2", "2", cells("digits")[7], "tied",
+                                                                                  ""]
+    assert table.endswith("1 of 2 boards tell their second method apart from their first.\n")
+
+
 # The store that ships: complete, current, in agreement with the README, reproducible here.
 
 @pytest.mark.shipped_store
@@ -108,13 +167,17 @@ def test_the_store_holds_every_run_of_its_sweep_with_each_method_s_current_defau
     from bench import sweep
 
     assert set(shipped.METHODS) == set(METHODS), "every built-in method ships"
-    try:
-        planned = sweep.plan(list(shipped.METHODS), list(shipped.TASKS), list(shipped.BUDGETS), list(shipped.SEEDS),
-                             [], shipped.FOLDER, keep_predictions=False)
-    except BenchError as error:  # a run folder of another configuration: a default changed since the store was made
-        pytest.fail(f"regenerate the shipped results (leaderboard.shipped's docstring): {error}")
-    runs, refused = sweep.feasible(planned)
-    assert set(shipped.folders()) == {run.folder for run in runs}, "the store's runs are not the sweep's: regenerate"
+    runs, refused = [], []
+    for stored in shipped.SWEEPS:
+        try:
+            planned = sweep.plan(list(shipped.METHODS), list(shipped.TASKS), list(stored.budgets), list(stored.seeds),
+                                 [], shipped.FOLDER, keep_predictions=False)
+        except BenchError as error:  # a run folder of another configuration: a default changed since it was made
+            pytest.fail(f"regenerate the shipped results (leaderboard.shipped's docstring): {error}")
+        feasible, infeasible = sweep.feasible(planned)
+        runs += feasible
+        refused += infeasible
+    assert set(shipped.folders()) == {run.folder for run in runs}, "the store's runs are not its sweeps': regenerate"
     assert all(run.finished for run in runs), "a shipped run holds another configuration than the defaults: regenerate"
     assert refused and all(f" budget {min(shipped.BUDGETS):g}, " in line for line in refused), refused
     rows, stale = shipped.rows()
