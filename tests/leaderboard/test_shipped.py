@@ -4,7 +4,6 @@ reproducible here."""
 
 import json
 
-import numpy as np
 import pytest
 
 from approximators import METHODS
