@@ -123,13 +123,16 @@ class DamagedFile(BenchError):
 class Spelling:
     """How a message names what the user gave, in the words of the call that gave it: the command line's options
     (``--method x``, ``--set lr``) or the Python API's arguments (``method='x'``, ``settings['lr']``). An option and
-    its argument share a name (``ray_address`` is ``--ray-address``)."""
+    its argument share a name (``ray_address`` is ``--ray-address``), unless ``renamed`` gives the option another
+    name (a benchmark script's ``--methods``)."""
 
     python: bool
+    renamed: tuple[tuple[str, str], ...] = ()
+    """``(argument, option)`` pairs: the command line's name of an argument whose option is not named after it."""
 
     def option(self, name: str) -> str:
         """``"ray_address"`` -> ``--ray-address`` or ``ray_address``."""
-        return name if self.python else "--" + name.replace("_", "-")
+        return name if self.python else "--" + dict(self.renamed).get(name, name).replace("_", "-")
 
     def given(self, name: str, value: object) -> str:
         """The option with its value: ``--method x`` or ``method='x'``."""

@@ -26,7 +26,11 @@ from typing import NoReturn
 
 from bench import interrupts
 from bench.arguments import OneLineParser
-from bench.errors import DEBUG_ENV, describe_failure
+from bench.errors import DEBUG_ENV, Spelling, describe_failure
+
+LIST_OPTIONS = Spelling(python=False, renamed=(("method", "methods"), ("task", "tasks"), ("budget", "budgets"),
+                                               ("seed", "seeds")))
+"""How a script whose options take lists (``--methods``, ``--tasks``) names them in its one-line errors."""
 
 
 def parser(script: str, description: str, **options) -> OneLineParser:

@@ -29,7 +29,7 @@ from cost import plain_sgd_epoch  # noqa: E402
 from approximators import METHODS, resolve_config  # noqa: E402
 from bench import scripts
 from bench.arguments import positive_whole
-from bench.runner import metered  # noqa: E402
+from bench.runner import metered, resolve_device  # noqa: E402
 from bench.tasks import Task  # noqa: E402
 from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
 
@@ -89,14 +89,14 @@ def method_run(task: Task, method: str, device: torch.device, scale: int = 1) ->
 def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--rows", type=positive_whole, default=512)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--tasks", nargs="+", default=list(SPECS))
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    parser.add_argument("--tasks", nargs="+", choices=list(SPECS), default=list(SPECS))
     parser.add_argument("--methods", nargs="+", default=list(SHORT_RUNS), choices=[*SHORT_RUNS, *SEQUENTIAL])
     parser.add_argument("--marginal", action="store_true", help="also the marginal cost of an epoch")
     scripts.out_option(parser)
     args = parser.parse_args()
     started = time.monotonic()
-    device = torch.device(args.device)
+    device = resolve_device(args.device)
     rows, plain_seconds = [], {}
     for name in args.tasks:
         task = synthetic_task(name, args.rows, device)

@@ -44,8 +44,9 @@ def trains(method: str, task_name: str, rows: int, seed: int, lr: float | None =
 
 def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
-    parser.add_argument("--tasks", nargs="+", default=list(SPECS))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS),
+                        default=["swag", "sgld", "csgmcmc", "vogn", "mfvi"])
+    parser.add_argument("--tasks", nargs="+", choices=list(SPECS), default=list(SPECS))
     parser.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rows", type=positive_whole, default=512)
     args = parser.parse_args()

@@ -56,7 +56,7 @@ def shipped_reference(task_name: str):
 def measured(args) -> tuple[dict[tuple[str, str, float], list[dict]], int, list[tuple[int, str]]]:
     """Every run of the table, trained where not finished under ``args.out``: {(task, method as given, budget):
     [record of each seed that finished]}, how many were scored again, and (exit code, line) of each failed run."""
-    runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds, [], args.out)
+    runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds, [], args.out, spelling=scripts.LIST_OPTIONS)
     torch.set_num_threads(args.threads)
     outcomes = sweep.execute(runs, threads=args.threads, quiet=args.quiet)
     cells: dict[tuple[str, str, float], list[dict]] = {}

@@ -24,6 +24,7 @@ from pathlib import Path
 from bench import scripts
 from bench.arguments import positive_whole
 from bench.docblocks import calibration_table
+from bench.errors import ConfigError
 from bench.io import atomic_write_bytes, json_bytes
 from bench.runner import environment
 from leaderboard import gate
@@ -63,6 +64,10 @@ def calibration(path: Path, sets: int, seeds_per_set: int | None, workers: int,
     baseline = gate.load_baseline(path)
     config = baseline["configuration"]
     sources = gate.baseline_sources(baseline)
+    unused = [given for given in methods or [] if given not in sources.values()]
+    if unused:  # a mistyped source would otherwise be trusted silently, and the calibration run for minutes
+        raise ConfigError(f"--method {unused[0]}: {path} measures no method from it (its methods come from "
+                          f"{', '.join(sorted(set(sources.values())))})")
     gate.vet_sources(sources, list(sources), path, methods)
     held = len(config["seeds"])
     n = seeds_per_set or held

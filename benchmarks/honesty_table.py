@@ -44,10 +44,11 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     # Every method is loaded (someone else's in a process of its own) before anything is probed: a name that loads
     # nothing is bad input, one line at once.
-    executors.check_isolated(args.methods, [(task, ()) for task in args.tasks], args.threads)
+    executors.check_isolated(args.methods, [(task, ()) for task in args.tasks], args.threads,
+                             spelling=scripts.LIST_OPTIONS)
     for method in args.methods:
         if not executors.isolates(method):
-            get_method(method)
+            get_method(method, scripts.LIST_OPTIONS)
     rows, unprobed, failures = [], [], []
     for method in args.methods:
         with contextlib.ExitStack() as stack:

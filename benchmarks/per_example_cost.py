@@ -20,6 +20,7 @@ from approximators import per_example
 from bench import scripts
 from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module
+from bench.runner import resolve_device
 from bench.tasks.competition import SPECS, synthetic_task
 
 
@@ -38,10 +39,10 @@ def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--batch", type=positive_whole, default=128)
     parser.add_argument("--repeats", type=positive_whole, default=5)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--tasks", nargs="+", default=list(SPECS))
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    parser.add_argument("--tasks", nargs="+", choices=list(SPECS), default=list(SPECS))
     args = parser.parse_args()
-    device = torch.device(args.device)
+    device = resolve_device(args.device)
     rows = []
     for name in args.tasks:
         task = synthetic_task(name, args.batch, device)

@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -36,7 +37,11 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench import scripts
+from approximators import get_method
+from bench import executors, scripts
+from bench.arguments import budget_epochs, seed_number
+from bench.errors import FailedElsewhere
+from bench.tasks import task_names
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY_PORT = 6391
@@ -55,8 +60,9 @@ def sweep(grid: list[str], out: Path, *options: str, env: dict | None = None) ->
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
+    if done.returncode != 0:  # the sweep's own line, and its exit code
+        lines = done.stderr.strip().splitlines() or [f"exited with code {done.returncode}"]
+        raise FailedElsewhere(done.returncode, f"{shlex.join(command)}: {lines[-1].removeprefix('error: ')}")
     return seconds, done.stdout
 
 
@@ -92,11 +98,18 @@ def ray_head() -> tuple[str, dict]:
 def main() -> None:
     parser = scripts.parser(__file__, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["sgd", "de"])
-    parser.add_argument("--tasks", nargs="+", default=["toy-gap", "diabetes-gap", "digits"])
-    parser.add_argument("--budgets", nargs="+", default=["5", "10"])
-    parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"])
+    parser.add_argument("--tasks", nargs="+", choices=task_names(), default=["toy-gap", "diabetes-gap", "digits"])
+    parser.add_argument("--budgets", nargs="+", type=budget_epochs, default=[5.0, 10.0])
+    parser.add_argument("--seeds", nargs="+", type=seed_number, default=[0, 1, 2])
     args = parser.parse_args()
-    grid = ["--method", *args.methods, "--task", *args.tasks, "--budget", *args.budgets, "--seed", *args.seeds]
+    # What the sweeps would refuse, refused at once in the script's own words; someone else's method is loaded in a
+    # process of its own, as the sweeps load it.
+    executors.check_isolated(args.methods, [(task, ()) for task in args.tasks], spelling=scripts.LIST_OPTIONS)
+    for method in args.methods:
+        if not executors.isolates(method):
+            get_method(method, scripts.LIST_OPTIONS)
+    grid = ["--method", *args.methods, "--task", *args.tasks, "--budget", *(f"{b:g}" for b in args.budgets),
+            "--seed", *map(str, args.seeds)]
     total = len(args.methods) * len(args.tasks) * len(args.budgets) * len(args.seeds)
     work = Path(tempfile.mkdtemp(prefix="sweep-timing-"))
     rows, reference = [], None

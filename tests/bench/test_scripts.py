@@ -47,6 +47,22 @@ def test_a_script_s_bad_argument_is_one_line_and_exit_code_2(args, fragment):
     assert fragment in done.stderr and "Traceback" not in done.stderr
 
 
+NAMING_OPTIONS = ("--methods", "--method", "--tasks", "--task", "--device")
+"""Options that name a method, a task or a device: an unknown name is bad input, refused before anything runs."""
+NAMING_CASES = [(path, option) for path in SCRIPTS for option in NAMING_OPTIONS if f'"{option}"' in path.read_text()]
+
+
+@pytest.mark.parametrize("path, option", NAMING_CASES, ids=[f"{path.stem}{option}" for path, option in NAMING_CASES])
+def test_an_unknown_name_is_bad_input_at_once(path, option):
+    """Found on several scripts at once: an unknown task or device ended in 'internal error, a bug' (a KeyError, torch's
+    RuntimeError), a sweep's failure in exit 1 and several lines, and an unknown method source in a calibration that
+    ran for minutes."""
+    done = subprocess.run([sys.executable, str(path), option, "nope"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "internal error" not in done.stderr
+
+
 @pytest.mark.parametrize("failure, code, line", [
     (ConfigError("no such thing"), 2, "error: no such thing\n"),
     (RuntimeError("broke"), 70, "error: internal error, a bug in bdl-bench: RuntimeError: broke"),

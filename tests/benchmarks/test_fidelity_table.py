@@ -50,3 +50,13 @@ def test_a_failing_method_is_its_own_line_and_the_other_rows_are_measured(tmp_pa
     assert sum("method 'raises' failed in its fit: RuntimeError: boom" in line for line in lines) == 2
     rows = {line.split()[2]: line for line in done.stdout.splitlines() if line.startswith("toy-gap")}
     assert "failed (2 of 2 seeds)" in rows["failing_plugin:Exits"] and "±" in rows["sgd"], done.stdout
+
+
+def test_a_method_that_does_not_load_is_named_by_the_script_s_own_option(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fidelity_table.py"), "--methods", "sgd",
+                           "no_such_plugin:Method", "--budgets", "1", "--seeds", "0", "--tasks", "toy-gap", "--out",
+                           str(tmp_path / "runs"), "--quiet"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2 and done.stderr == ("error: --methods no_such_plugin:Method: cannot import "
+                                                    "no_such_plugin (No module named 'no_such_plugin')\n"), done.stderr
+    assert not (tmp_path / "runs").exists()

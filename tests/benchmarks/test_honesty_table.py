@@ -77,3 +77,10 @@ def test_a_method_that_ends_its_process_is_its_failure_and_the_others_are_still_
         "error: ordered_plugin:Exits on toy-gap: method 'exits': its process ended with exit code 0 in its fit"), \
         done.stderr
     assert "ordered_plugin:Ordered toy-gap: 3 probed" in done.stdout, done.stdout
+
+
+def test_a_method_that_does_not_load_is_named_by_the_script_s_own_option(tmp_path):
+    """The script's option is --methods; its line once said --method, the CLI's."""
+    done = _honesty_table(tmp_path, "sgd", "no_such_plugin:Method")
+    assert done.returncode == 2 and done.stderr == ("error: --methods no_such_plugin:Method: cannot import "
+                                                    "no_such_plugin (No module named 'no_such_plugin')\n"), done.stderr
