@@ -266,8 +266,14 @@ def separation_table(shipped: list[RunRow]) -> str:
                       "second": second.method,
                       "second told apart": "tied" if second.rank == 1 else apart_text(second),
                       "seeds the second would need": seeds_needed_text(second)})
+    def spread(groups: list[int]) -> str:
+        return f"{min(groups)} to {max(groups)} (median {np.median(groups):g})" if groups else "none"
+
+    every_seed = [sum(e.in_top_group for e in track.entries) for track in all_tracks]
     return (f"{tabulate(lines, headers='keys', tablefmt='github', disable_numparse=True)}\n\n{apart} of "
-            f"{len(all_tracks)} boards tell their second method apart from their first.\n")
+            f"{len(all_tracks)} boards tell their second method apart from their first. Top groups: "
+            f"{spread(list(groups_of_three.values()))} methods with seeds {SWEEPS[0].seeds[0]}-{SWEEPS[0].seeds[-1]}, "
+            f"{spread(every_seed)} with all seeds.\n")
 
 
 def readme_with_table(text: str, table: str) -> str:

@@ -153,7 +153,8 @@ def test_the_separation_table_says_what_the_seeds_tell_apart(tmp_path, make_run)
     assert cells("toy-gap") == ["toy-gap", "100", "10", "2", "de", "2", "1", "sgd", "yes", ""]
     assert cells("digits")[1:4] == ["1000", "3", "2"] and cells("digits")[5:] == ["2", "2", cells("digits")[7], "tied",
                                                                                   ""]
-    assert table.endswith("1 of 2 boards tell their second method apart from their first.\n")
+    assert table.endswith("1 of 2 boards tell their second method apart from their first. Top groups: 2 to 2 "
+                          "(median 2) methods with seeds 0-2, 1 to 2 (median 1.5) with all seeds.\n")
 
 
 # The store that ships: complete, current, in agreement with the README, reproducible here.
