@@ -31,18 +31,25 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from numpyro.infer import HMC  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-import jax_models  # noqa: E402
+try:  # the optional extra (pip install -e ".[crosscheck]"); without it main() says so in one line
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from numpyro.infer import HMC
+
+    import jax_models
+except ImportError as absent:
+    MISSING: str | None = absent.name
+else:
+    MISSING = None
+
 from bench import scripts
+from bench.errors import ConfigError
 from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.tasks import get_task  # noqa: E402
@@ -176,7 +183,7 @@ def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"])
     parser.add_argument("--chains", type=positive_whole, nargs="+", default=[1, 8])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--steps", type=positive_whole, default=20)
     parser.add_argument("--iterations", type=positive_whole, default=5)
@@ -184,6 +191,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also profile our fastest way (see the docstring)")
     scripts.out_option(parser)
     args = parser.parse_args()
+    if MISSING is not None:
+        raise ConfigError(f"timing NumPyro needs the optional extra, which lacks {MISSING} here: pip install -e "
+                          "\".[crosscheck]\"")
     started = time.monotonic()
     torch.set_num_threads(1)
     rows = []

@@ -26,3 +26,15 @@ def test_numpyro_s_hmc_takes_the_step_size_it_is_given_and_moves():
     states = theirs.states
     assert abs(float(states.adapt_state.step_size[0]) - eps) <= 1e-12 * eps
     assert float(states.mean_accept_prob.min()) > 0.3, states.mean_accept_prob
+
+
+def test_without_the_extra_the_script_says_so_in_one_line():
+    """It imported JAX at the top: without the extra, every run (even one with a bad argument) was a traceback."""
+    import subprocess
+
+    blocked = ("import runpy, sys; sys.modules['jax'] = None; sys.argv = [sys.argv[1], '--tasks', 'toy-gap']; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", blocked, str(BENCHMARKS / "hmc_speed.py")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == ("error: timing NumPyro needs the optional extra, which lacks jax "
+                                                    "here: pip install -e \".[crosscheck]\"\n"), done.stderr
