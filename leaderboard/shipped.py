@@ -56,7 +56,10 @@ class Sweep:
                 "--workers 2 --skip-infeasible --no-predictions --quiet --out leaderboard/shipped")
 
 
-SWEEPS = (Sweep(budgets=(10.0,), seeds=(0, 1, 2)), Sweep(budgets=(100.0, 1000.0), seeds=tuple(range(10))))
+FEW_SEEDS = (0, 1, 2)
+"""The seeds of budget 10, and all the store had at every budget before 0.2.0 (:func:`separation_table` shows what
+they tell apart beside what 10 seeds do)."""
+SWEEPS = (Sweep(budgets=(10.0,), seeds=FEW_SEEDS), Sweep(budgets=(100.0, 1000.0), seeds=tuple(range(10))))
 """The store's sweeps: 10 seeds at budgets 100 and 1000, whose boards the README's table and docs/methods.md show (3
 seeds told almost no method apart from the first there: :func:`separation_table`), 3 at budget 10."""
 BUDGETS = tuple(sorted(budget for sweep in SWEEPS for budget in sweep.budgets))
@@ -72,9 +75,9 @@ README_PLACES = 3
 """How many entries of each task the README's table shows (more where ranks tie)."""
 
 
-def seeds_at(budget: float) -> tuple[int, ...]:
-    """The seeds the store's sweep of ``budget`` trains."""
-    return next(sweep.seeds for sweep in SWEEPS if budget in sweep.budgets)
+def sweep_of(budget: float) -> Sweep:
+    """The store's sweep that trains ``budget``."""
+    return next(sweep for sweep in SWEEPS if budget in sweep.budgets)
 
 
 def folders(root: Path | None = None) -> list[Path]:
@@ -163,8 +166,8 @@ def readme_table(shipped: list[RunRow]) -> str:
                 lines.append(f"| | {rank_text(entry)} | {name} | "
                              f"{' | '.join(estimate_text(entry.metrics[m]) for m in names)} | "
                              f"{apart_text(entry)} | {floor_text(entry.within_floor)} |")
-    intro = (f"Budget {budget:g} epochs, {len(seeds_at(budget))} seeds; the first {README_PLACES} methods per task in the order of "
-             "their means (more where means tie: `=`), mean ± the half-width of the 95% Student-t interval over the "
+    intro = (f"Budget {budget:g} epochs, {len(sweep_of(budget).seeds)} seeds; the first {README_PLACES} methods per task "
+             "in the order of their means (more where means tie: `=`), mean ± the half-width of the 95% Student-t interval over the "
              "seeds. Classification ranks by agreement with the reference's predictions (higher is better), then "
              "total variation; regression by W2 (lower is better). Told from #1: whether the seeds tell the method "
              "apart from the first (Welch's test, Holm-corrected over the task's methods; docs/leaderboard.md). "
@@ -215,14 +218,14 @@ def fidelity_tables(shipped: list[RunRow]) -> str:
 
 def store_summary(root: Path | None = None) -> str:
     """docs/leaderboard.md's account of the store (``root``, default :data:`FOLDER`): the sweeps' commands, and from the
-    records themselves how many runs each holds and over which seeds, their size, the minutes of one core they took (their
-    ``wall_seconds``, at budget 1000 too) and the CPUs that made them."""
+    records themselves how many runs each holds and over which seeds, their size, the minutes of one core they took
+    (their ``wall_seconds``, at budget 1000 too) and the CPUs that made them."""
     seeds: dict[Sweep, list[int]] = {sweep: [] for sweep in SWEEPS}
     size, seconds, seconds_at_largest, cpus = 0, 0.0, 0.0, set()
     for folder in folders(root):
         result = records.checked_result(folder)
         budget = float(result["budget"])
-        seeds[next(sweep for sweep in SWEEPS if budget in sweep.budgets)].append(result["seed"])
+        seeds[sweep_of(budget)].append(result["seed"])
         size += (folder / records.RESULT).stat().st_size
         seconds += float(result["wall_seconds"])
         seconds_at_largest += float(result["wall_seconds"]) if budget == max(BUDGETS) else 0.0
@@ -231,49 +234,50 @@ def store_summary(root: Path | None = None) -> str:
     counts = ", ".join(f"{len(found)} at budget{'s' if len(sweep.budgets) > 1 else ''} "
                        f"{' and '.join(f'{b:g}' for b in sweep.budgets)} over seeds {min(found)}-{max(found)}"
                        for sweep, found in seeds.items() if found)
-    return (f"```\n{commands}\n```\n\n{sum(map(len, seeds.values()))} runs ({counts}), {size / 1e6:.1f} MB of records, made in "
-            f"{seconds / 60:.0f} minutes of one core by the records' `wall_seconds` ({seconds_at_largest / 60:.0f} of "
+    return (f"```\n{commands}\n```\n\n{sum(map(len, seeds.values()))} runs ({counts}), {size / 1e6:.1f} MB of "
+            f"records, made in {seconds / 60:.0f} minutes of one core by the records' `wall_seconds` ({seconds_at_largest / 60:.0f} of "
             f"them at budget {max(BUDGETS):g}), on {' and '.join(sorted(cpus))} (each run on one torch thread).\n")
 
 
-SEPARATION_BUDGETS = (100.0, 1000.0)
+SEPARATION_BUDGETS = SWEEPS[-1].budgets
 """The budgets whose boards :func:`separation_table` shows: those the store trains 10 seeds for."""
 
 
 def separation_table(shipped: list[RunRow]) -> str:
     """docs/leaderboard.md's table of what the store's seeds tell apart: per board of :data:`SEPARATION_BUDGETS`, its
     first entry, its top group (the entries its seeds do not tell apart from the first, the first included) with the
-    first three seeds alone and with them all, and for the second entry whether it is told apart (``tied``: its means
-    are the first's) or, if not, the seeds per entry its difference would need; then how many boards tell their
-    second entry apart."""
+    first seeds alone (:data:`FEW_SEEDS`) and with them all, and for the second entry whether it is told apart
+    (``tied``: its means are the first's) or, if not, the seeds per entry its difference would need; then how many
+    boards tell their second entry apart, and the sizes of the top groups."""
     from tabulate import tabulate
 
+    def top_group(track) -> int:
+        return sum(entry.in_top_group for entry in track.entries)
+
+    def spread(groups: list[int]) -> str:
+        return f"{min(groups)} to {max(groups)} (median {np.median(groups):g})" if groups else "none"
+
     chosen = [row for row in shipped if row.budget in SEPARATION_BUDGETS]
-    first_three = tracks([row for row in chosen if row.seed in SWEEPS[0].seeds])
-    groups_of_three = {(t.task, t.budget): sum(e.in_top_group for e in t.entries) for t in first_three}
-    lines, apart = [], 0
+    few = f"seeds {FEW_SEEDS[0]}-{FEW_SEEDS[-1]}"
+    with_few = {(t.task, t.budget): top_group(t) for t in tracks([row for row in chosen if row.seed in FEW_SEEDS])}
+    lines, apart, with_all = [], 0, []
     all_tracks = tracks(chosen)
     for track in all_tracks:
         first, second = track.entries[0], track.entries[1]
+        with_all.append(top_group(track))
         apart += bool(second.apart_from_first)
         seeds = sorted({len(entry.seeds) for entry in track.entries})
         lines.append({"task": track.task, "budget": f"{track.budget:g}",
                       "seeds": "-".join(map(str, (seeds[0], seeds[-1]) if len(seeds) > 1 else seeds)),
                       "methods": len(track.entries), "first": first.method,
-                      f"top group, seeds {SWEEPS[0].seeds[0]}-{SWEEPS[0].seeds[-1]}":
-                          groups_of_three.get((track.task, track.budget), ""),
-                      "top group, all seeds": sum(e.in_top_group for e in track.entries),
+                      f"top group, {few}": with_few.get((track.task, track.budget), ""),
+                      "top group, all seeds": with_all[-1],
                       "second": second.method,
                       "second told apart": "tied" if second.rank == 1 else apart_text(second),
                       "seeds the second would need": seeds_needed_text(second)})
-    def spread(groups: list[int]) -> str:
-        return f"{min(groups)} to {max(groups)} (median {np.median(groups):g})" if groups else "none"
-
-    every_seed = [sum(e.in_top_group for e in track.entries) for track in all_tracks]
     return (f"{tabulate(lines, headers='keys', tablefmt='github', disable_numparse=True)}\n\n{apart} of "
             f"{len(all_tracks)} boards tell their second method apart from their first. Top groups: "
-            f"{spread(list(groups_of_three.values()))} methods with seeds {SWEEPS[0].seeds[0]}-{SWEEPS[0].seeds[-1]}, "
-            f"{spread(every_seed)} with all seeds.\n")
+            f"{spread(list(with_few.values()))} methods with {few}, {spread(with_all)} with all seeds.\n")
 
 
 def readme_with_table(text: str, table: str) -> str:

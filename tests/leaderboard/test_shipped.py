@@ -111,8 +111,8 @@ def test_the_sweeps_commands_are_the_sweeps():
         assert (tuple(args.budgets), tuple(args.seeds)) == (sweep.budgets, sweep.seeds)
         assert (args.skip_infeasible, args.no_predictions, str(args.out)) == (True, True, "leaderboard/shipped")
         assert sweep.command(wrap=" \\\n  ").replace(" \\\n  ", " ") == command
-    assert shipped.BUDGETS == (10.0, 100.0, 1000.0) and shipped.seeds_at(1000.0) == tuple(range(10))
-    assert shipped.seeds_at(10.0) == (0, 1, 2)
+    assert shipped.BUDGETS == (10.0, 100.0, 1000.0) and shipped.sweep_of(1000.0).seeds == tuple(range(10))
+    assert shipped.sweep_of(10.0).seeds == (0, 1, 2)
 
 
 def test_the_store_s_account_counts_its_records(store):
