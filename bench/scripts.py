@@ -33,6 +33,12 @@ LIST_OPTIONS = Spelling(python=False, renamed=(("method", "methods"), ("task", "
 """How a script whose options take lists (``--methods``, ``--tasks``) names them in its one-line errors."""
 
 
+def missing_extra(absent: list[str], purpose: str, extra: str = "crosscheck") -> str:
+    """The line for a script whose ``purpose`` needs the optional ``extra``, of which ``absent`` (module names) are
+    not installed."""
+    return f"{purpose} needs the optional extra, which lacks {' and '.join(absent)} here: pip install -e \".[{extra}]\""
+
+
 def parser(script: str, description: str, **options) -> OneLineParser:
     """The parser of the script at path ``script`` (its ``__file__``), named as one types it in its one-line errors;
     ``options``: more of ``argparse.ArgumentParser``'s (``formatter_class``, ``epilog``)."""

@@ -192,8 +192,7 @@ def main() -> None:
     scripts.out_option(parser)
     args = parser.parse_args()
     if MISSING is not None:
-        raise ConfigError(f"timing NumPyro needs the optional extra, which lacks {MISSING} here: pip install -e "
-                          "\".[crosscheck]\"")
+        raise ConfigError(scripts.missing_extra([MISSING], "timing NumPyro"))
     started = time.monotonic()
     torch.set_num_threads(1)
     rows = []

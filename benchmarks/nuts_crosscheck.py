@@ -59,8 +59,8 @@ def _require_the_extra() -> None:
 
     absent = [name for name in ("jax", "numpyro") if importlib.util.find_spec(name) is None]
     if absent:
-        raise ConfigError(f"sampling with NUTS needs the optional extra, which lacks {' and '.join(absent)} here: pip "
-                          "install -e \".[crosscheck]\"; --verdict-only recomputes kept chains without it")
+        raise ConfigError(f"{scripts.missing_extra(absent, 'sampling with NUTS')}; --verdict-only recomputes kept "
+                          "chains without it")
 
 
 def _setup_jax(dtype: str) -> None:

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from approximators import get_method
-from bench import executors, scripts
+from bench import scripts
+from bench.sweep import plan
 from bench.arguments import budget_epochs, seed_number
 from bench.errors import FailedElsewhere
 from bench.tasks import task_names
@@ -102,18 +102,15 @@ def main() -> None:
     parser.add_argument("--budgets", nargs="+", type=budget_epochs, default=[5.0, 10.0])
     parser.add_argument("--seeds", nargs="+", type=seed_number, default=[0, 1, 2])
     args = parser.parse_args()
-    # What the sweeps would refuse, refused at once in the script's own words; someone else's method is loaded in a
-    # process of its own, as the sweeps load it.
-    executors.check_isolated(args.methods, [(task, ()) for task in args.tasks], spelling=scripts.LIST_OPTIONS)
-    for method in args.methods:
-        if not executors.isolates(method):
-            get_method(method, scripts.LIST_OPTIONS)
     grid = ["--method", *args.methods, "--task", *args.tasks, "--budget", *(f"{b:g}" for b in args.budgets),
             "--seed", *map(str, args.seeds)]
-    total = len(args.methods) * len(args.tasks) * len(args.budgets) * len(args.seeds)
     work = Path(tempfile.mkdtemp(prefix="sweep-timing-"))
     rows, reference = [], None
     try:
+        # The sweeps' own plan, so that what they would refuse is refused at once in the script's words (someone
+        # else's method loaded in a process of its own, as the sweeps load it); it writes nothing.
+        total = len(plan(args.methods, args.tasks, args.budgets, args.seeds, [], work / "plan",
+                         spelling=scripts.LIST_OPTIONS))
         plans = [("--workers 1", []), ("--workers 1 --threads 2", ["--threads", "2"]),
                  ("--workers 2", ["--workers", "2"]), ("--executor ray (local, started by the sweep)", ["--executor", "ray"])]
         for name, options in plans:
