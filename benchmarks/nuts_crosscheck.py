@@ -26,7 +26,8 @@ regression, every draw's predictive mean and std), never its positions. A finish
 (``benchmarks/results/nuts-<task>/chain-<c>.npz``) is reused by a rerun with the same arguments; a running chain saves
 its whole NUTS state and what it has kept every ``CHECKPOINT_SECONDS`` (``chain-<c>.partial.npz``), and a rerun
 continues it from there, so a check spans sittings when its files are committed. ``--verdict-only`` recomputes the
-results JSON from the finished chains' files alone. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel
+results JSON from the finished chains' files alone; a results file made with other settings (``--chains`` among
+them) is refused rather than rewritten, unless ``--restart``. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel
 gives bitwise the draws of ``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling) iteration
 and rerun gives them too.
 """
@@ -340,6 +341,24 @@ def results_paths(task_name: str, out: Path | None = None) -> tuple[Path, Path]:
     return out, out.with_suffix("")
 
 
+SETTINGS = ("chains", "warmup", "samples", "dtype", "seed")
+"""The arguments a results JSON records, and a rerun must repeat to write over it."""
+
+
+def _overwritten_verdict(out: Path, settings: dict) -> str | None:
+    """Why writing a verdict made with ``settings`` over ``out`` would replace another check's, else None: a committed
+    verdict of 8 chains is never silently rewritten from 4 of them."""
+    if not out.exists():
+        return None
+    try:
+        held = json.loads(out.read_text())["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{out} is not a results file of this script (or is damaged)"
+    changed = [f"--{name} {held.get(name)} there, {value} here" for name, value in settings.items()
+               if held.get(name) != value]
+    return f"{out} holds the verdict of another check ({'; '.join(changed)})" if changed else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--task", required=True)
@@ -352,8 +371,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="JSON file for the results (default: benchmarks/results/"
                                                  "nuts-<task>.json, its chains' files in nuts-<task>/ beside it)")
     parser.add_argument("--restart", action="store_true",
-                        help="discard chains' files made with other arguments (without it, they are refused: hours of "
-                             "sampling are never overwritten by a mistyped argument)")
+                        help="discard chains' files and a results file made with other arguments (without it, they "
+                             "are refused: hours of sampling are never overwritten by a mistyped argument)")
     parser.add_argument("--verdict-only", action="store_true",
                         help="sample nothing: recompute the results from the chains' files alone (every chain must "
                              "have finished)")
@@ -384,6 +403,11 @@ def main(argv: list[str] | None = None) -> None:
     if foreign and not args.restart:
         parser.exit(2, f"error: {saved} holds {', '.join(foreign)}, made with other arguments (or damaged); run with "
                        "the arguments they were made with, or pass --restart to discard them\n")
+    settings = {name: getattr(args, name) for name in SETTINGS}
+    overwritten = _overwritten_verdict(out, settings)
+    if overwritten and not args.restart:
+        parser.exit(2, f"error: {overwritten}; run with its arguments, write elsewhere with --out, or pass --restart "
+                       "to replace it\n")
     for name in foreign:
         (saved / name).unlink()
     chains = [chain for chain in (_saved_chain(saved, c, identity) for c in range(args.chains)) if chain]
@@ -414,8 +438,7 @@ def main(argv: list[str] | None = None) -> None:
                   flush=True)
             chains.append(chain)
     chains.sort(key=lambda r: r["chain"])
-    result = {**verdict(task, reference, chains, args.seed),
-              "settings": {k: getattr(args, k) for k in ("chains", "warmup", "samples", "dtype", "seed")}}
+    result = {**verdict(task, reference, chains, args.seed), "settings": settings}
     distance = result["distance"]
     print(f"{'block':<16}{'NUTS vs ours':>14}{'our floor':>12}{'NUTS floor':>12}{'expected':>12}{'ratio':>8}")
     for name, row in result["blocks"].items():

@@ -66,6 +66,35 @@ def test_a_check_keeps_its_chains_recomputes_its_verdict_and_never_overwrites_th
     assert sorted(p.name for p in (tmp_path / "nuts-toy-gap").iterdir()) == chains
 
 
+@pytest.mark.parametrize("held", ["chains", "seed", "damaged"])
+def test_a_verdict_of_another_check_is_never_rewritten_without_restart(tmp_path, capsys, held):
+    """A results file made with other settings (a committed 8-chain verdict, rerun with the default 4: its first 4
+    chains are reused, so nothing else stops it), or one this script cannot read, is refused in one line before
+    anything is sampled or written; --restart replaces it."""
+    script = _script()
+    committed = BENCHMARKS / "results" / "nuts-toy-gap.json"
+    stored = json.loads(committed.read_text())
+    out = tmp_path / "nuts-toy-gap.json"
+    (tmp_path / "nuts-toy-gap").symlink_to(committed.with_suffix(""))
+    settings = stored["settings"]
+    arguments = ["--task", "toy-gap", "--verdict-only", "--out", str(out),
+                 *(f"--{name}={value}" for name, value in settings.items())]
+    if held == "damaged":
+        out.write_text("{not json")
+    else:
+        out.write_text(json.dumps({**stored, "settings": {**settings, held: settings[held] * 2}}))
+    before = out.read_bytes()
+    with pytest.raises(SystemExit) as refused:
+        script.main(arguments)
+    message = capsys.readouterr().err
+    assert refused.value.code == 2 and message.count("\n") == 1 and "--restart" in message, message
+    assert (f"--{held} {settings[held] * 2} there, {settings[held]} here" in message if held != "damaged"
+            else "damaged" in message)
+    assert out.read_bytes() == before
+    script.main([*arguments, "--restart"])
+    assert json.loads(out.read_text()) == stored
+
+
 def test_a_chain_is_keyed_on_the_classes_the_reference_predicts_at_the_stated_points_alone():
     """A reference sampled again that predicts the same class at every stated point keeps the chains (their draws
     take nothing else from it); one class changed there, or another argument, and they are not reused."""
