@@ -27,9 +27,9 @@ regression, every draw's predictive mean and std), never its positions. A finish
 its whole NUTS state and what it has kept every ``CHECKPOINT_SECONDS`` (``chain-<c>.partial.npz``), and a rerun
 continues it from there, so a check spans sittings when its files are committed. ``--verdict-only`` recomputes the
 results JSON from the finished chains' files alone; a results file made with other settings (``--chains`` among
-them) is refused rather than rewritten, unless ``--restart``. Checked on ``toy-gap`` (30 + 30 iterations): stepping the kernel
-gives bitwise the draws of ``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling) iteration
-and rerun gives them too.
+them) is refused rather than rewritten, unless ``--restart``. Checked on ``toy-gap`` (30 + 30 iterations): stepping
+the kernel gives bitwise the draws of ``MCMC.run``, and a chain stopped after its 20th (warm-up) or 45th (sampling)
+iteration and rerun gives them too.
 """
 
 from __future__ import annotations
