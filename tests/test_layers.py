@@ -3,9 +3,7 @@
 import importlib
 import shutil
 import subprocess
-import sys
 import tomllib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -45,15 +43,6 @@ def test_every_module_lies_in_exactly_one_layer():
 def test_the_layers_and_the_absence_of_circles_hold():
     done = subprocess.run(["lint-imports"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
-
-
-def test_the_hmc_kernels_old_name_still_imports_with_a_deprecation_warning():
-    sys.modules.pop("reference.hmc", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("reference.hmc")
-    assert old is importlib.import_module("bench.hmc")
-    assert [w.category for w in caught] == [DeprecationWarning] and "bench.hmc" in str(caught[0].message)
 
 
 def test_every_name_users_are_told_to_import_still_imports():
