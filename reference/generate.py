@@ -466,6 +466,7 @@ def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], devi
     metadata = {
         "task": task.describe(),
         "task_fingerprint": task.fingerprint(),
+        "test_targets_sha256": task.test_targets_sha256(),
         "key": key,
         "shape": list(array.shape),
         "hmc": {**settings.to_dict(), "trajectory_length_used": tau,

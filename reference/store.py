@@ -11,6 +11,7 @@ metadata's figures from it; scoring never reads the evidence.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,10 +105,26 @@ def load_reference(task: Task, folder: Path | None = None, registry_path: Path |
         raise ReferenceMismatch(f"reference damaged: {json_path} holds no task fingerprint; {regenerate}")
     if entry["fingerprint"] != task.fingerprint() or metadata["task_fingerprint"] != task.fingerprint():
         raise ReferenceMismatch(
-            f"reference stale: {task.name} v{task.version} (data or settings) differs from the task the "
-            f"reference was generated for (v{entry.get('version', '?')}); {regenerate}")
+            f"reference stale: {task.name} v{task.version} differs from the task the reference was generated for "
+            f"(v{entry.get('version', '?')}) in {_what_changed(task, metadata.get('task'))}; {regenerate}")
+    if "test_targets_sha256" not in metadata:
+        raise ReferenceMismatch(f"reference damaged: {json_path} holds no sha256 of the test targets; {regenerate}")
+    if metadata["test_targets_sha256"] != task.test_targets_sha256():
+        raise ReferenceMismatch(
+            f"reference stale: {task.name}'s test targets differ from those its evidence's test log-likelihoods "
+            f"were computed on; {regenerate}")
     key, array = read_array(npz_path, regenerate)
     return Reference(task.name, key, array, metadata, entry["npz_sha256"])
+
+
+def _what_changed(task: Task, described) -> str:
+    """The settings of ``task.describe()`` that differ from ``described`` (what the reference's metadata recorded of
+    the task), as ``network_probe, prior_variance``; ``its data`` when none does (the fingerprint's other part)."""
+    if not isinstance(described, dict):
+        return "its data or settings"
+    current = json.loads(json.dumps(task.describe()))  # as the metadata holds it: lists, not tuples
+    changed = sorted(key for key in set(current) | set(described) if current.get(key) != described.get(key))
+    return ", ".join(changed) if changed else "its data"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,12 @@ PROBE_DIGITS = 6
 on another CPU (about 1e-15 relative) moves one across a rounding boundary with a chance of about 1e-9."""
 
 
+PATHS_AGREE = 1e-9
+"""Largest difference, relative to the probe's largest output, allowed between the module's ``forward`` and the
+paths methods and HMC evaluate it by (float64: their round-off differs by about 1e-15; a dropout or a changed fast
+path moves outputs by far more)."""
+
+
 def probe_weights(shape: torch.Size, index: int) -> torch.Tensor:
     """Deterministic float64 values for the ``index``-th parameter tensor of ``shape``: sin(1 + k x 0.754877 + index)
     over its entries k, scaled by 1 / sqrt(fan-in) (the entries of one output unit; all of a vector), so that deep
@@ -109,7 +115,41 @@ class Task:
         except Exception as error:  # a network of one's own (bench.api.make_task) that cannot run in float64
             raise ConfigError(f"task {self.name}: its network must run in float64 on its first test inputs, which "
                               f"its fingerprint records ({type(error).__name__}: {error})") from None
+        self._check_the_paths_agree(outputs)
         return [float(f"{value:.{PROBE_DIGITS}g}") for value in outputs.flatten().tolist()]
+
+    def _check_the_paths_agree(self, outputs: torch.Tensor) -> None:
+        """The probe runs the module's own ``forward`` in evaluation mode; methods and HMC run the network through
+        :class:`bench.functional.StackedModel`, in training mode (as ``model_factory()`` builds it), on one parameter
+        set or several (vmap, or the MLP fast path) and on shared or per-copy inputs. Each of those must give the
+        probe's outputs, or the fingerprint would vouch for a network that is not the one sampled and trained: a
+        dropout (random, and on in training mode) or a fast path that disagrees with the module is refused here."""
+        from bench.functional import StackedModel
+
+        inputs = self.x_test[:PROBE_INPUTS].cpu()
+        inputs = inputs.double() if inputs.is_floating_point() else inputs
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                stacked = StackedModel(self.model_factory().double())
+            weights = {name: probe_weights(shape, index).unsqueeze(0)
+                       for index, (name, shape) in enumerate(zip(stacked.layout.names, stacked.layout.shapes))}
+            pair = {name: weight.expand(2, *weight.shape[1:]).contiguous() for name, weight in weights.items()}
+            with torch.no_grad():
+                paths = [stacked(weights, inputs, shared_input=True), stacked(pair, inputs, shared_input=True),
+                         stacked(pair, inputs.expand(2, *inputs.shape).contiguous(), shared_input=False)]
+        except Exception as error:
+            raise ConfigError(f"task {self.name}: its network fails in training mode or evaluated stacked, as methods "
+                              f"and HMC run it ({type(error).__name__}: {str(error).splitlines()[0]}); a reference "
+                              "assumes one deterministic network") from None
+        scale = float(outputs.abs().max()) or 1.0
+        gap = max(float((path - outputs).abs().max()) for path in paths)
+        if not gap <= PATHS_AGREE * scale:
+            raise ConfigError(f"task {self.name}: its network computes other outputs in training mode or evaluated "
+                              f"stacked, as methods and HMC run it, than its forward in evaluation mode (largest "
+                              f"difference {gap:.1e} on the probe); a reference assumes one deterministic network: no "
+                              "dropout or other randomness, no layer that depends on the mode, no fast path that "
+                              "disagrees with the module")
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.model_factory().parameters())
@@ -124,6 +164,14 @@ class Task:
                 digest.update(np.ascontiguousarray(array.cpu().numpy()).tobytes())
         digest.update(json.dumps(self.describe(), sort_keys=True).encode())
         return digest.hexdigest()
+
+    def test_targets_sha256(self) -> str | None:
+        """sha256 of ``y_test`` (None without one). Not in the fingerprint, which predates it and which every record
+        and cross-check is keyed on; a reference records it instead (its evidence holds each draw's test
+        log-likelihood), and :func:`reference.store.load_reference` refuses the reference when the targets change."""
+        if self.y_test is None:
+            return None
+        return hashlib.sha256(np.ascontiguousarray(self.y_test.cpu().numpy()).tobytes()).hexdigest()
 
     def describe(self) -> dict:
         """Every setting that defines the task, as shown by ``python -m bench tasks`` and stored in results."""

@@ -13,7 +13,8 @@ from reference.settings import R_HAT_LIMIT
 
 
 def _write(tmp_path, task):
-    metadata = {"task": task.describe(), "task_fingerprint": task.fingerprint(), "noise_floor": {}}
+    metadata = {"task": task.describe(), "task_fingerprint": task.fingerprint(),
+                "test_targets_sha256": task.test_targets_sha256(), "noise_floor": {}}
     entry = store.write_reference(tmp_path, task.name, "samples", np.zeros((task.n_test, 4)), metadata, b"evidence")
     store.register(task.name, entry, tmp_path / "registry.json")
     return tmp_path / "registry.json"
@@ -45,6 +46,33 @@ def test_reference_of_another_task_version_is_refused(tmp_path):
     entries["toy-gap"]["fingerprint"] = "0" * 64
     registry.write_text(json.dumps(entries))
     with pytest.raises(ReferenceMismatch, match="stale"):
+        store.load_reference(task, tmp_path, registry)
+
+
+@pytest.mark.parametrize("name", task_names())
+def test_changed_test_targets_stale_the_reference(name):
+    """The fingerprint hashes the inputs, not ``y_test``; the reference's evidence holds each draw's test
+    log-likelihood, computed on them, so changed targets (here: each rolled by one) are refused as stale."""
+    import dataclasses
+
+    task = get_task(name)
+    store.load_reference(task)
+    changed = dataclasses.replace(task, y_test=task.y_test.roll(1))
+    assert changed.fingerprint() == task.fingerprint()
+    with pytest.raises(ReferenceMismatch, match="stale: .*test targets"):
+        store.load_reference(changed)
+
+
+def test_a_reference_without_the_test_targets_sha256_is_refused(tmp_path):
+    task = get_task("toy-gap")
+    registry = _write(tmp_path, task)
+    metadata = json.loads((tmp_path / "toy-gap.json").read_text())
+    del metadata["test_targets_sha256"]
+    (tmp_path / "toy-gap.json").write_text(json.dumps(metadata))
+    entries = json.loads(registry.read_text())
+    entries["toy-gap"]["json_sha256"] = sha256_file(tmp_path / "toy-gap.json")
+    registry.write_text(json.dumps(entries))
+    with pytest.raises(ReferenceMismatch, match="damaged: .*test targets"):
         store.load_reference(task, tmp_path, registry)
 
 
