@@ -38,7 +38,7 @@ def run_folder(out: Path, task: str, method: str, budget: float, seed: int) -> P
 def differences(held: dict, wanted: dict) -> str:
     """What differs between two configurations, ``key: value there, value here`` per key (``held``: a record's,
     or anything not a dict, as an edited record may hold)."""
-    if not isinstance(held, dict):
+    if not isinstance(held, dict) or not isinstance(wanted, dict):
         return f"{shown(held)} there, {shown(wanted)} here"
     keys = sorted(set(held) | set(wanted), key=str)
     return "; ".join(f"{k}: {held.get(k, '(unset)')!r} there, {wanted.get(k, '(unset)')!r} here"

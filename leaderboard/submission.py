@@ -279,6 +279,11 @@ class CheckedRun:
     scored: dict[str, dict[str, float]] | None
 
 
+CURRENT_CLAIMS = ("predictions_sha256", "resolved", "environment")
+"""Claims :func:`bench.records.check_record` lets a record of an older version lack (null), which every record made
+for a task's current fingerprint (2026-11-27 on) holds: removing one would switch off its check."""
+
+
 def checked_run(folder: Path, cache: Path | None = None, needs: str | None = None) -> CheckedRun:
     """The one validator of a run folder, for ``submit``, ``verify`` and ``export-submission`` alike: a record one
     refuses, all refuse, with the same line. Checked in order, each failure one :class:`SubmissionError` line:
@@ -286,7 +291,9 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     - every field of the record, in type and range (:func:`bench.records.checked_result`);
     - the task: available here (a competition task fetched), of the recorded version and fingerprint (data, settings
       and what its network computes);
-    - the reference: the recorded sha256 and key are the installed reference's;
+    - the claims every record of the current fingerprint makes (:data:`CURRENT_CLAIMS`) are there;
+    - the reference: the recorded sha256 and key are the installed reference's, the noise floor its (none for an
+      official reference);
     - the predictions: present (where ``needs``, what is being done, needs them; else a record alone passes), valid
       predictions of the task, and the ones the record's sha256 names;
     - every metric the record claims, on the whole test set and on each block: recomputed from the predictions and
@@ -301,6 +308,10 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data, "
                               f"settings or network than this installation's version {task.version}; rerun it")
+    dropped = [name for name in CURRENT_CLAIMS if result.get(name) is None]
+    if dropped:  # only a record older than the fingerprint it names lacks them: one with claims removed
+        raise SubmissionError(f"{source}: holds no {', '.join(dropped)}, which every record made for {task.name}'s "
+                              "fingerprint holds: edited after the run; rerun it")
     reference = load_reference(task)
     if result["reference"]["sha256"] != reference.sha256:
         claimed = result["reference"]["sha256"]
@@ -312,9 +323,9 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
         key = terminal_text(result["reference"]["key"])
         raise SubmissionError(f"{source}: scored against the reference's array {key!r}, but the registry's "
                               f"{task.name} reference holds {reference.key!r}")
-    if result.get("noise_floor") is not None and result["noise_floor"] != reference.noise_floor:
+    if result.get("noise_floor") != reference.noise_floor:  # null where the reference publishes none (official)
         raise SubmissionError(f"{source}: claims another noise floor than its reference publishes "
-                              f"({records.differences(result['noise_floor'], reference.noise_floor)})")
+                              f"({records.differences(result.get('noise_floor'), reference.noise_floor)})")
     _check_budget_rule(result, task, source)
     if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists() and needs is None:
         return CheckedRun(folder, result, task, reference, None, None)

@@ -124,6 +124,10 @@ def test_export_refuses_what_the_competition_would_not_score(tmp_path, file_serv
                                                               task_fingerprint="0" * 64), cache),
         "claims agreement = 0.001": (_copy_edited(good, tmp_path / "metric",
                                                   metrics={**record["metrics"], "agreement": 0.001}), cache),
+        # an official reference publishes no floor: a claimed one (even empty) was a crash, exit 70
+        "claims another noise floor than its reference publishes": (_copy_edited(good, tmp_path / "floor",
+                                                                                noise_floor={}), cache),
+        "holds no resolved": (_copy_edited(good, tmp_path / "unresolved", resolved=None), cache),
         "holds no finished run": (tmp_path / "nothing", cache),
         "they changed after the run": (_copy_edited(good, tmp_path / "edited", other), cache),
     }
@@ -135,7 +139,7 @@ def test_export_refuses_what_the_competition_would_not_score(tmp_path, file_serv
         assert code == 2 and err.count("\n") == 1, err
         assert re.search(message, err), (message, err)
     # the claims submit and verify check are refused by all three in the same line
-    for name in ("other-ref", "other-task", "metric"):
+    for name in ("other-ref", "other-task", "metric", "floor", "unresolved"):
         lines = [run_cli(*command, "--cache", cache)[2] for command in (
             ("export-submission", tmp_path / name, "--out", tmp_path / "x.zip"), ("verify", tmp_path / name),
             ("submit", tmp_path / name, "--db", tmp_path / "board.sqlite", "--name", "m"))]

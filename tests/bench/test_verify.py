@@ -56,8 +56,10 @@ def test_a_wrong_epochs_claim_fails(honest):
     assert not verification.passed and "epochs_used 4 recorded, 5 re-executed" in verification.detail
 
 
-def test_a_wrong_resolved_claim_fails_and_a_record_without_one_verifies(tmp_path, honest):
-    """The settings a record says ran (automatic ones resolved) are re-executed and compared like the budget."""
+def test_a_wrong_resolved_claim_fails_and_a_record_without_one_is_refused(tmp_path, honest):
+    """The settings a record says ran (automatic ones resolved) are re-executed and compared like the budget; a record
+    without them (an older version's, or one with the claim removed) names a fingerprint every record of which holds
+    them, and is refused before any re-execution."""
     folder = tmp_path / "csgmcmc"
     recorded = run(RunSpec(task="toy-gap", method="csgmcmc", budget=50, out=folder))
     assert (recorded["config"]["cycles"], recorded["resolved"]["cycles"]) == (0, 1)
@@ -66,9 +68,10 @@ def test_a_wrong_resolved_claim_fails_and_a_record_without_one_verifies(tmp_path
     verification = verify(folder)
     assert not verification.passed and "resolved settings cycles: 5 there, 1 here" in verification.detail
     result = json.loads((honest / records.RESULT).read_text())
-    del result["resolved"]  # a record written before records said what ran
+    del result["resolved"]
     (honest / records.RESULT).write_text(json.dumps(result))
-    assert verify(honest).passed
+    with pytest.raises(VerificationError, match="holds no resolved, which every record made for toy-gap's"):
+        verify(honest)
 
 
 def test_from_another_environment_honest_passes_and_a_longer_trained_predictive_fails(runs, honest):

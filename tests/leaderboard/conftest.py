@@ -58,8 +58,9 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         **method_fields(method, task.name, config), "versions": {"torch": "test"},
         "reference": {"sha256": reference.sha256, "key": reference.key},
         "predictions_sha256": records.predictions_sha256(predictions), "finished_at": "2025-01-01T00:00:00+00:00",
-        **fields,
+        "environment": {"torch": "test", "cpu": "a CPU", "torch_threads": 1, "cpu_count": 2},
     }
+    result = {**result, "resolved": result["config"], **fields}
     folder = records.run_folder(out, task.name, method, budget, seed)
     # as a file anyone can edit: a record the validator would refuse is written too (records.write_run checks it)
     folder.mkdir(parents=True, exist_ok=True)

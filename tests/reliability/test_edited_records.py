@@ -241,6 +241,11 @@ def _digits_reference_sha():
     (lambda r: {"reference": {**r["reference"], "key": "probs"}}, "scored against the reference's array 'probs'"),
     (lambda r: {"noise_floor": {"all": {**r["noise_floor"]["all"], "w1": 0.5}}},
      "claims another noise floor than its reference publishes"),
+    (lambda r: {"noise_floor": None}, "claims another noise floor than its reference publishes (None there"),
+    # claims an older version's record lacks, every current one makes: removing one would switch off its check
+    (lambda r: {"resolved": None}, "holds no resolved, which every record made for toy-gap's fingerprint holds"),
+    (lambda r: {"predictions_sha256": None}, "holds no predictions_sha256, which every record"),
+    (lambda r: {"environment": None}, "holds no environment, which every record"),
     (lambda r: {"noise_floor": "garbage"}, "field 'noise_floor' must be null or a dict"),
     (lambda r: {"noise_floor": {"all": {"w1": "0.1"}}}, "noise_floor must map blocks to metric names"),
     (lambda r: {"versions": {**r["versions"], "torch": "1.0"}}, "versions and environment name other versions of torch"),
@@ -323,14 +328,3 @@ def test_a_record_kept_alone_has_its_metrics_recomputed_from_the_re_execution(tm
     edited(folder, {**record, "metrics": {**record["metrics"], "w2": record["metrics"]["w2"] / 2}})
     code, text, _ = run_cli("verify", folder)
     assert code == 1 and "NOT VERIFIED" in text and "claims w2 =" in text
-
-
-def test_resolved_settings_recorded_as_null_are_unrecorded_as_the_validator_takes_them(tmp_path, run_cli):
-    """The validator takes ``resolved: null`` (records of older versions hold none); verify reads it so too, instead
-    of finding the re-execution's settings different from None."""
-    out = tmp_path / "runs"
-    assert run_cli("--method", "sgd", "--budget", 1, "--task", "toy-gap", "--out", out, "--quiet")[0] == 0
-    folder = out / "toy-gap" / "sgd" / "budget-1" / "seed-0"
-    edited(folder, {**json.loads((folder / records.RESULT).read_text()), "resolved": None})
-    code, text, err = run_cli("verify", folder)
-    assert code == 0 and "verified (bitwise" in text, (text, err)
