@@ -304,7 +304,10 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     folder = Path(folder)
     result = read_result(folder)
     source = str(folder / records.RESULT)
-    task = available_task(result["task"], cache)
+    try:
+        task = available_task(result["task"], cache)
+    except BenchError as error:  # not installed, or not fetched: the record's line, from every reader alike
+        raise SubmissionError(f"{source}: {error}") from None
     if result["task_version"] != task.version or result["task_fingerprint"] != task.fingerprint():
         raise SubmissionError(f"{source}: made for {task.name} version {result['task_version']} with other data, "
                               f"settings or network than this installation's version {task.version}; rerun it")

@@ -235,6 +235,8 @@ def _digits_reference_sha():
     (lambda r: {"metrics": {k: v for k, v in r["metrics"].items() if k != "w2"}}, "metrics do not match"),
     (lambda r: {"reference": {**r["reference"], "sha256": _digits_reference_sha()}}, "scored against reference sha256"),
     (lambda r: {"task_fingerprint": "0" * 64}, "with other data, settings or network"),
+    (lambda r: {"task": "nosuch"}, "result.json: task nosuch is not available in this installation"),
+    (lambda r: {"task": "imdb"}, "result.json: the data of task imdb are not in "),  # a competition task not fetched
     # the sha256 edited after the 16 characters a line shows: the line shows all 64, so that they differ
     (lambda r: {"reference": {**r["reference"], "sha256": r["reference"]["sha256"][:40] + "0" * 24}},
      "0" * 24 + ", but the registry's toy-gap reference is "),
