@@ -333,6 +333,10 @@ def _iso_timestamp(text: str) -> bool:
     return True
 
 
+COUNTS = ("torch_threads", "cpu_count")
+"""The environment's fields that count (threads, cores), as :func:`bench.runner.environment` records them."""
+
+
 def check_environment(environment: dict | None, path: Path) -> None:
     """The recorded environment (what ``verify`` and ``check`` compare): names mapped to printable text (empty where
     the platform does not say, as ``libc`` on some systems), whole numbers or null."""
@@ -344,6 +348,11 @@ def check_environment(environment: dict | None, path: Path) -> None:
             for key, value in environment.items()):
         raise DamagedFile(f"{path}: environment must map at most {MAX_ENVIRONMENT_FIELDS} names to printable text of "
                           f"at most {MAX_NAME_CHARS} characters, whole numbers or null")
+    for name in COUNTS:  # compared with this machine's counts: "1" is not 1, and would read as "1 -> 1"
+        value = environment.get(name)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise DamagedFile(f"{path}: environment.{name} must be null or a whole number of at least 1, got "
+                              f"{shown(value)}")
 
 
 def _check_settings_values(values: dict, field: str, path: Path) -> None:

@@ -251,6 +251,9 @@ def _digits_reference_sha():
     (lambda r: {"noise_floor": "garbage"}, "field 'noise_floor' must be null or a dict"),
     (lambda r: {"noise_floor": {"all": {"w1": "0.1"}}}, "noise_floor must map blocks to metric names"),
     (lambda r: {"versions": {**r["versions"], "torch": "1.0"}}, "versions and environment name other versions of torch"),
+    (lambda r: {"environment": {**r["environment"], "torch_threads": "1"}},
+     "environment.torch_threads must be null or a whole number of at least 1, got '1'"),
+    (lambda r: {"environment": {**r["environment"], "cpu_count": 0}}, "environment.cpu_count must be null or a whole"),
     (lambda r: {"finished_at": "yesterday"}, "finished_at must be null or an ISO 8601 timestamp"),
     (lambda r: {"architecture_change": "relu->tanh"}, "sgd with these settings leaves the task's network as it is"),
     # runs that cannot exist: a budget the method's budget rule refuses
