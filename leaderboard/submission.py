@@ -292,6 +292,8 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     - the task: available here (a competition task fetched), of the recorded version and fingerprint (data, settings
       and what its network computes);
     - the claims every record of the current fingerprint makes (:data:`CURRENT_CLAIMS`) are there;
+    - the run could exist: a built-in method's budget rule accepts the budget with the recorded settings, which
+      resolve to the recorded ``resolved`` ones (planned as ``run`` plans, no training: :func:`resolved_settings`);
     - the reference: the recorded sha256 and key are the installed reference's, the noise floor its (none for an
       official reference);
     - the predictions: present (where ``needs``, what is being done, needs them; else a record alone passes), valid
@@ -329,7 +331,7 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     if result.get("noise_floor") != reference.noise_floor:  # null where the reference publishes none (official)
         raise SubmissionError(f"{source}: claims another noise floor than its reference publishes "
                               f"({records.differences(result.get('noise_floor'), reference.noise_floor)})")
-    _check_budget_rule(result, task, source)
+    _check_plan(result, task, source)
     if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists() and needs is None:
         return CheckedRun(folder, result, task, reference, None, None)
     try:
@@ -343,22 +345,41 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
     return CheckedRun(folder, result, task, reference, predictions, found)
 
 
-def _check_budget_rule(result: dict, task: Task, source: str) -> None:
-    """A built-in method's budget rule accepts the record's budget with its settings, as ``run`` plans a run before
-    any training (a method that is not bdl-bench's runs only in a process of its own: its re-execution says)."""
+def resolved_settings(method_name: str, config: dict, task: Task, budget: float) -> dict | None:
+    """The settings a built-in method run with ``config`` (as a record holds it) at ``budget`` epochs on ``task`` uses,
+    automatic ones resolved, as a record holds them: planned as ``run`` plans a run, before any training (None for a
+    method that is not bdl-bench's, whose code runs only in a process of its own: its re-execution says). A budget
+    the method's rule refuses is one :class:`SubmissionError` line, a run that cannot exist; this machine's memory
+    refuses nothing (a run made on a larger one is no less real)."""
     from approximators import METHODS
     from approximators.base import recorded_config
-    from bench.runner import metered, planned
+    from bench.runner import metered, planned, resolved_config
 
-    method = METHODS.get(result["method"])
+    method = METHODS.get(method_name)
     if method is None:
-        return
+        return None
+    settings = recorded_config(method, config)
+    problem, data = metered(task, float(budget))
     try:
-        planned(method, recorded_config(method, result["config"]), *metered(task, float(result["budget"])))
-    except DoesNotFit:  # this machine's memory, not the record's: a run made on a larger one is no less real
-        pass
+        approximator = planned(method, settings, problem, data)
+    except DoesNotFit:
+        approximator = method(settings)
     except BenchError as error:
-        raise SubmissionError(f"{source}: a run that cannot exist: {error}") from None
+        raise SubmissionError(f"a run that cannot exist: {error}") from None
+    return records.as_recorded(resolved_config(approximator, problem))
+
+
+def _check_plan(result: dict, task: Task, source: str) -> None:
+    """The record's budget is one its method's rule accepts with its settings, and its ``resolved`` settings are the
+    ones its ``config`` resolves to at that budget (:func:`resolved_settings`): an edit of one setting in either is
+    refused before any re-execution."""
+    try:
+        resolved = resolved_settings(result["method"], result["config"], task, result["budget"])
+    except SubmissionError as error:
+        raise SubmissionError(f"{source}: {error}") from None
+    if resolved is not None and result["resolved"] != resolved:
+        raise SubmissionError(f"{source}: records resolved settings its configuration does not resolve to at budget "
+                              f"{float(result['budget']):g} ({records.differences(result['resolved'], resolved)})")
 
 
 def check_scored_claims(result: dict, scored: dict[str, dict[str, float]], source: str) -> None:

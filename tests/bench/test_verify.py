@@ -57,7 +57,7 @@ def test_a_wrong_epochs_claim_fails(honest):
 
 
 def test_a_wrong_resolved_claim_fails_and_a_record_without_one_is_refused(tmp_path, honest):
-    """The settings a record says ran (automatic ones resolved) are re-executed and compared like the budget; a record
+    """The settings a record says ran (automatic ones resolved) are the ones its configuration resolves to; a record
     without them (an older version's, or one with the claim removed) names a fingerprint every record of which holds
     them, and is refused before any re-execution."""
     folder = tmp_path / "csgmcmc"
@@ -65,8 +65,9 @@ def test_a_wrong_resolved_claim_fails_and_a_record_without_one_is_refused(tmp_pa
     assert (recorded["config"]["cycles"], recorded["resolved"]["cycles"]) == (0, 1)
     folder = records.run_folder(folder, "toy-gap", "csgmcmc", 50, 0)
     _edit_result(folder, resolved={**recorded["resolved"], "cycles": 5})
-    verification = verify(folder)
-    assert not verification.passed and "resolved settings cycles: 5 there, 1 here" in verification.detail
+    with pytest.raises(VerificationError, match=r"records resolved settings its configuration does not resolve to at "
+                                                r"budget 50 \(cycles: 5 there, 1 here\)"):
+        verify(folder)  # planned, not trained: refused before any re-execution
     result = json.loads((honest / records.RESULT).read_text())
     del result["resolved"]
     (honest / records.RESULT).write_text(json.dumps(result))

@@ -13,6 +13,7 @@ from bench import records
 from bench.io import atomic_write_bytes, json_bytes, npz_bytes
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, get_task
+from leaderboard import submission
 from reference.store import load_reference
 
 
@@ -60,7 +61,11 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         "predictions_sha256": records.predictions_sha256(predictions), "finished_at": "2025-01-01T00:00:00+00:00",
         "environment": {"torch": "test", "cpu": "a CPU", "torch_threads": 1, "cpu_count": 2},
     }
-    result = {**result, "resolved": result["config"], **fields}
+    try:  # as run resolves them; a record of a run that cannot exist keeps its configuration
+        resolved = submission.resolved_settings(method, result["config"], task, budget)
+    except submission.SubmissionError:
+        resolved = None
+    result = {**result, "resolved": result["config"] if resolved is None else resolved, **fields}
     folder = records.run_folder(out, task.name, method, budget, seed)
     # as a file anyone can edit: a record the validator would refuse is written too (records.write_run checks it)
     folder.mkdir(parents=True, exist_ok=True)

@@ -259,6 +259,10 @@ def _digits_reference_sha():
     # runs that cannot exist: a budget the method's budget rule refuses
     (lambda r: {"method": "de", "config": {}, "architecture_change": None}, "a run that cannot exist: de: a budget"),
     (lambda r: {"budget": 1e-300, "epochs_used": 0}, "a run that cannot exist: sgd: a budget of 1e-300"),
+    # a setting edited in the configuration or in the resolved settings
+    (lambda r: {"config": {**r["config"], "lr": r["config"]["lr"] * 2}},
+     "records resolved settings its configuration does not resolve to at budget 2 (lr: "),
+    (lambda r: {"resolved": {**r["resolved"], "lr": r["resolved"]["lr"] * 2}}, "does not resolve to at budget 2 (lr: "),
 ])
 def test_every_claim_a_record_makes_is_recomputed_by_verify_and_submit_alike(tmp_path, run_cli, edit, fragment):
     """An edited metric, another reference's sha256 or another fingerprint: the same line from both, before any
