@@ -8,7 +8,7 @@ run's task, method, configuration, budget and seed from ``result.json``, trains 
 meter, and compares:
 
 - ``epochs_used`` and ``test_passes``: always exactly (the budget the run claims is the one it used);
-- ``resolved``, the settings the run says it used (automatic ones resolved), where the record has it: exactly;
+- ``resolved``, the settings the run says it used (automatic ones resolved): exactly;
 - the predictions, when what decides the run's round-off (:data:`bench.runner.NUMERICS`: library versions, CPU,
   torch threads, device) and its bdl-bench version are the re-execution's: **bitwise**, since training is
   deterministic there. The re-execution runs on the CPU with this process's torch threads (``verify --threads``,
@@ -219,7 +219,7 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
     if result.get("architecture_change") != change:
         budget_problems.append(f"architecture_change {shown(result.get('architecture_change'))} recorded, "
                                f"{shown(change)} re-executed")
-    if result.get("resolved") is not None and result["resolved"] != records.as_recorded(resolved):  # null: unrecorded
+    if result["resolved"] != records.as_recorded(resolved):  # a method of one's own: the validator cannot plan it
         budget_problems.append(
             f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
     threads = torch.get_num_threads()
