@@ -80,9 +80,9 @@ def floor_parts_table() -> str:
 def nuts_table(folder: Path) -> str:
     """Per finished NUTS cross-check in ``folder`` (``nuts-<task>.json``, :mod:`benchmarks.nuts_crosscheck`), per test
     block: NUTS's distance to our reference, both floors, the distance expected of two samplers of one posterior and
-    their ratio; then NUTS's own diagnostics. A check made against another reference than the installed one is named
-    as such."""
-    lines = []
+    their ratio; then NUTS's own diagnostics; last, the range of the ratio over every check and block. A check made
+    against another reference than the installed one is named as such."""
+    lines, ratios = [], []
     for name in REFERENCE_SETTINGS:
         path = folder / f"nuts-{name}.json"
         if not path.exists():
@@ -102,7 +102,11 @@ def nuts_table(folder: Path) -> str:
             lines.append(f"| {block} | {row['nuts_vs_reference'][distance]:.4f} | "
                          f"{row['reference_noise_floor'][distance]:.4f} | {row['nuts_noise_floor'][distance]:.4f} | "
                          f"{row['expected_if_equal']:.4f} | {row['ratio']:.2f} |")
+            ratios.append(row["ratio"])
         lines.append("")
+    if ratios:
+        lines.append(f"Over every finished check and block ({len(ratios)} rows), the ratio lies between "
+                     f"{min(ratios):.2f} and {max(ratios):.2f}.")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
