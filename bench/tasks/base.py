@@ -104,19 +104,27 @@ class Task:
         pooling or reading axis changes them (and so the fingerprint, and every reference and record made for the
         task), where its name alone need not change; they do not depend on torch's random initialisation."""
         try:
-            with torch.random.fork_rng(devices=[]):  # building the network draws its initial weights: not the caller's
-                torch.manual_seed(0)  # and a buffer it draws (a fixed projection, a mask) the same every time
-                model = self.model_factory().double().eval()
+            model, inputs = self._probe_network()
             with torch.no_grad():
-                for index, parameter in enumerate(model.parameters()):
-                    parameter.copy_(probe_weights(parameter.shape, index))
-                inputs = self.x_test[:PROBE_INPUTS].cpu()
-                outputs = model(inputs.double() if inputs.is_floating_point() else inputs)
+                outputs = model.eval()(inputs)
         except Exception as error:  # a network of one's own (bench.api.make_task) that cannot run in float64
             raise ConfigError(f"task {self.name}: its network must run in float64 on its first test inputs, which "
                               f"its fingerprint records ({type(error).__name__}: {error})") from None
         self._check_the_paths_agree(outputs)
         return [float(f"{value:.{PROBE_DIGITS}g}") for value in outputs.flatten().tolist()]
+
+    def _probe_network(self) -> tuple[torch.nn.Module, torch.Tensor]:
+        """The probe's network and inputs: ``model_factory()``'s network in float64, in the mode it is built in, with
+        every parameter set to :func:`probe_weights`, and the first :data:`PROBE_INPUTS` test inputs (float64 where
+        they are floating point)."""
+        with torch.random.fork_rng(devices=[]):  # building the network draws its initial weights: not the caller's
+            torch.manual_seed(0)  # and a buffer it draws (a fixed projection, a mask) the same every time
+            model = self.model_factory().double()
+        with torch.no_grad():
+            for index, parameter in enumerate(model.parameters()):
+                parameter.copy_(probe_weights(parameter.shape, index))
+        inputs = self.x_test[:PROBE_INPUTS].cpu()
+        return model, inputs.double() if inputs.is_floating_point() else inputs
 
     def _check_the_paths_agree(self, outputs: torch.Tensor) -> None:
         """The probe runs the module's own ``forward`` in evaluation mode; methods and HMC run the network through
@@ -126,14 +134,9 @@ class Task:
         dropout (random, and on in training mode) or a fast path that disagrees with the module is refused here."""
         from bench.functional import StackedModel
 
-        inputs = self.x_test[:PROBE_INPUTS].cpu()
-        inputs = inputs.double() if inputs.is_floating_point() else inputs
         try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                stacked = StackedModel(self.model_factory().double())
-            weights = {name: probe_weights(shape, index).unsqueeze(0)
-                       for index, (name, shape) in enumerate(zip(stacked.layout.names, stacked.layout.shapes))}
+            model, inputs = self._probe_network()
+            stacked, weights = StackedModel(model), StackedModel.stack([model])
             pair = {name: weight.expand(2, *weight.shape[1:]).contiguous() for name, weight in weights.items()}
             with torch.no_grad():
                 paths = [stacked(weights, inputs, shared_input=True), stacked(pair, inputs, shared_input=True),
