@@ -80,8 +80,9 @@ def floor_parts_table() -> str:
 def nuts_table(folder: Path) -> str:
     """Per finished NUTS cross-check in ``folder`` (``nuts-<task>.json``, :mod:`benchmarks.nuts_crosscheck`), per test
     block: NUTS's distance to our reference, both floors, the distance expected of two samplers of one posterior and
-    their ratio; then NUTS's own diagnostics; last, the range of the ratio over every check and block. A check made
-    against another reference than the installed one is named as such."""
+    their ratio; NUTS's own diagnostics, and per chain its divergences, acceptance, tree length, step size and
+    seconds; last, the range of the ratio over every check and block. A check made against another reference than
+    the installed one is named as such."""
     lines, ratios = [], []
     for name in REFERENCE_SETTINGS:
         path = folder / f"nuts-{name}.json"
@@ -103,7 +104,14 @@ def nuts_table(folder: Path) -> str:
                          f"{row['reference_noise_floor'][distance]:.4f} | {row['nuts_noise_floor'][distance]:.4f} | "
                          f"{row['expected_if_equal']:.4f} | {row['ratio']:.2f} |")
             ratios.append(row["ratio"])
-        lines.append("")
+        chains = result["chains"]
+        lines += ["", "NUTS per chain: " + "; ".join(
+            f"{label} {', '.join(shown(chain) for chain in chains)}" for label, shown in (
+                ("divergences", lambda c: f"{c['divergences']}"),
+                ("mean acceptance", lambda c: f"{c['mean_accept_prob']:.3f}"),
+                ("mean tree (leapfrog steps)", lambda c: f"{c['mean_tree_steps']:.0f}"),
+                ("step size", lambda c: f"{c['step_size']:.2e}"),
+                ("seconds of sampling", lambda c: f"{c['seconds']:.0f}"))) + ".", ""]
     if ratios:
         lines.append(f"Over every finished check and block ({len(ratios)} rows), the ratio lies between "
                      f"{min(ratios):.2f} and {max(ratios):.2f}.")
