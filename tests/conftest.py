@@ -11,6 +11,7 @@ ignore the range and send the whole file with 200).
 from __future__ import annotations
 
 import io
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,6 +22,47 @@ import torch
 # The suite runs single-threaded, as every command does by default: torch's default threads spin on these small
 # models when the cores are shared (a run measured 10x slower), and the pinned results are 1-thread ones.
 torch.set_num_threads(1)
+
+
+ROUND_OFF = 1e-9
+"""Relative distance within which a float64 figure recomputed here is the one a committed file holds: another CPU
+kind (AVX-512 against AVX2, the same library versions) makes numpy and torch pick other vector kernels, which move a
+sum's last bits (about 1e-16 relative, a few 1e-15 after a few operations); a changed computation moves it by far
+more."""
+
+
+def round_off_differences(actual, expected, rel: float = ROUND_OFF, abs_: float = 1e-15, where: str = "") -> list[str]:
+    """Every place where ``actual`` (nested dicts and lists, as JSON holds them) differs from ``expected``, one
+    ``where: expected -> actual`` line each: the structure (keys, lengths) and every non-float (str, int, bool, None)
+    exactly, a float to ``rel`` of the larger magnitude (or ``abs_``; NaN equals NaN)."""
+    if isinstance(expected, dict) or isinstance(actual, dict):
+        if not (isinstance(expected, dict) and isinstance(actual, dict)):
+            return [f"{where}: {expected!r} -> {actual!r}"]
+        if set(expected) != set(actual):
+            return [f"{where}: keys {sorted(map(str, expected))} -> {sorted(map(str, actual))}"]
+        return [line for key in expected
+                for line in round_off_differences(actual[key], expected[key], rel, abs_, f"{where}.{key}")]
+    if isinstance(expected, (list, tuple)) or isinstance(actual, (list, tuple)):
+        if not (isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple))) \
+                or len(expected) != len(actual):
+            return [f"{where}: {expected!r} -> {actual!r}"]
+        return [line for i, (a, e) in enumerate(zip(actual, expected))
+                for line in round_off_differences(a, e, rel, abs_, f"{where}[{i}]")]
+    if isinstance(expected, float) or isinstance(actual, float):
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (actual, expected))
+        same = numbers and (math.isclose(actual, expected, rel_tol=rel, abs_tol=abs_)
+                            or (math.isnan(actual) and math.isnan(expected)))
+    else:
+        same = type(actual) is type(expected) and actual == expected
+    return [] if same else [f"{where}: {expected!r} -> {actual!r}"]
+
+
+def assert_same_to_round_off(actual, expected, rel: float = ROUND_OFF, abs_: float = 1e-15) -> None:
+    """``actual`` (recomputed here) is ``expected`` (committed, or pinned in a test, on another machine perhaps) up to
+    the round-off another CPU kind changes: :func:`round_off_differences`. For numbers a test recomputes and compares
+    with a file made elsewhere; two results of this machine compare bitwise."""
+    found = round_off_differences(actual, expected, rel, abs_)
+    assert not found, "differs beyond round-off (expected -> actual):\n" + "\n".join(found[:20])
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bench.tasks import get_task
-from reference.evidence import differences
 from reference.settings import REFERENCE_SETTINGS
 from reference.store import load_reference
+from tests.conftest import assert_same_to_round_off
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -49,7 +49,7 @@ def test_every_committed_crosscheck_is_recomputed_from_its_chains(path):
     assert reference.sha256 == stored["reference_sha256"], f"{path.name} was made against another reference"
     recomputed = json.loads(json.dumps({**script.verdict(task, reference, chains, settings["seed"]),
                                         "settings": settings}))
-    assert differences(stored, recomputed) == []  # to the last bits another CPU's vector sums may change
+    assert_same_to_round_off(recomputed, stored)  # to the last bits another CPU's vector sums may change
 
 
 def test_a_check_keeps_its_chains_recomputes_its_verdict_and_never_overwrites_them(tmp_path, capsys):
@@ -99,7 +99,9 @@ def test_a_verdict_of_another_check_is_never_rewritten_without_restart(tmp_path,
             else "damaged" in message)
     assert out.read_bytes() == before
     script.main([*arguments, "--restart"])
-    assert json.loads(out.read_text()) == stored
+    # the committed verdict, recomputed here from its chains: to round-off (another CPU kind's vector kernels move
+    # a W2's last bits), every setting and count exactly
+    assert_same_to_round_off(json.loads(out.read_text()), stored)
 
 
 def test_a_chain_is_keyed_on_the_classes_the_reference_predicts_at_the_stated_points_alone():
