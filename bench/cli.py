@@ -277,10 +277,11 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                        help="processes measuring at once, each with --threads torch threads (default 1: in this "
                             "process); every run seeds itself, so the results are the same bits")
     check.add_argument("--tolerance", type=decimal_number, default=None,
-                       help="statistical mode: threshold in standard errors (default: Bonferroni bound for a 1%% "
-                            "family-wise false-alarm rate)")
+                       help="off the baseline's CPU: the test of means' threshold in standard errors (default: "
+                            "Bonferroni bound for a 1%% family-wise false-alarm rate)")
     check.add_argument("--statistical", action="store_true",
-                       help="compare means statistically even where the environment matches the baseline's")
+                       help="compare as on another CPU kind (cross-CPU mode) even where the environment matches the "
+                            "baseline's")
     _add_list(check, "--method", "--methods", dest="methods", metavar="METHOD",
               help="methods to check (--method a b, or repeated; --methods is the same option; default: every method "
                    "in the baseline; with --update: the methods --budget and --set name, else every built-in "
@@ -294,8 +295,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                             "it, replacing only what was measured)")
     check.add_argument("--seeds", type=positive_whole, default=None,
                        help="with --update: number of seeds (default 10); in a check: only the baseline's first N "
-                            "seeds (exactly where the baseline's environment matches; elsewhere a weaker statistical "
-                            "test of the means on N seeds)")
+                            "seeds (exactly where the baseline's environment matches; elsewhere as on another CPU "
+                            "kind)")
     _add_list(check, "--budget", metavar="[METHOD=]EPOCHS",
               help="with --update: the budget of every method, or of one (--budget sgd=10 de=20, or repeated; "
                    "default: each method's check_budget); stored in the baseline")

@@ -66,11 +66,10 @@ def _shipped_separation() -> str:
 
 
 CALIBRATION = ROOT / "benchmarks" / "results" / "gate-calibration.json"
-"""What ``python benchmarks/gate_calibration.py --out`` kept: the gate's statistical mode against fresh seeds."""
+"""What ``python benchmarks/gate_calibration.py --out`` kept: the gate's test of means against fresh seeds."""
 
-CALIBRATION_COLUMNS = {"seeds": "seeds", "metrics": "metrics", "tolerance": "tolerance (SE)",
-                       "max_abs_z_fidelity": "max |z| fidelity", "max_z_others": "max z others (worse)",
-                       "flagged": "flagged", "budget_mismatches": "budget mismatches"}
+CALIBRATION_COLUMNS = {"seeds": "seeds", "means": "means tested", "tolerance": "tolerance (SE)",
+                       "max_abs_z": "max |z|", "flagged": "flagged", "budget_mismatches": "budget mismatches"}
 """Each set's fields, as the table heads them."""
 
 
@@ -104,6 +103,11 @@ MEASURED_TABLES = {
     "speed-competition": ("speed/competition-cost", "charged", ".2f"),
     "speed-peers": ("speed/peers", "ratios", ".2f"),
     "speed-hmc-numpyro": ("speed/hmc-speed", "rates", ".2f"),
+    "cross-cpu-drift": ("cross-cpu", "drift", ("", "", ".0f", ".1e", ".2g", ".2g", ".1e")),
+    "cross-cpu-verify-refusals": ("cross-cpu", "verify-refusals", ".0f"),
+    "cross-cpu-verify-power": ("cross-cpu", "verify-power", ".2f"),
+    "cross-cpu-gate-false-alarms": ("cross-cpu", "gate-false-alarms", ".0f"),
+    "cross-cpu-gate-power": ("cross-cpu", "gate-power", ".2f"),
 }
 """Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written:
 one format for all, or one per column)."""

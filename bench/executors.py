@@ -37,6 +37,16 @@ if TYPE_CHECKING:  # the real import would load torch before a worker has set it
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
+OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+"""The environment of a process that computes as a CPU of another kind would: ATen's kernels without vector
+instructions (``cpu_capability`` DEFAULT, where this CPU's are AVX2 or AVX-512), MKL's code path that gives one result
+on every x86 processor, oneDNN at SSE4.1. Each is read once, when torch loads, so only a process started with them
+(:class:`Isolated`, :func:`run_in_workers` with ``kernels``) computes so. Another CPU kind moves a run's round-off in
+the same places (the order of a vector sum, a fused multiply-add, a transcendental's last bits), so a run that drifts
+here beyond round-off, against this process's kernels, is one whose round-off grows chaotically: what
+:mod:`bench.verify` and the gate (:mod:`leaderboard.gate`) measure with it. Where this machine's kernels are those
+already (:func:`other_kernels_differ` false: no vector unit ATen uses), such a process computes as this one does."""
+
 PARENT_CHECK_SECONDS = 0.5
 """How often a local worker checks that the sweep that started it is alive (it stops when it is not)."""
 
@@ -66,6 +76,14 @@ def usable_cores() -> int:
 
 def thread_environment(threads: int) -> dict[str, str]:
     return {name: str(threads) for name in THREAD_VARIABLES}
+
+
+def other_kernels_differ() -> bool:
+    """Whether a process started with :data:`OTHER_KERNELS` computes with other kernels than this one: ATen picks
+    vector kernels here (torch is imported)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
 
 def called(function: Callable, *args) -> Outcome:
@@ -170,7 +188,7 @@ def end_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _serve(connection, threads: int, parent_pid: int, token: str) -> None:
+def _serve(connection, threads: int, parent_pid: int, token: str, kernels: dict[str, str] | None = None) -> None:
     """A local worker process: answers each request it receives (``("run", spec, progress)``: the run's
     :class:`Outcome`, with ``("epochs", used)`` messages before it when ``progress``; ``("check", methods,
     cases)``: :func:`check_methods`'s; ``("call", function, args)``: :func:`called`'s), telling the parent which
@@ -178,16 +196,17 @@ def _serve(connection, threads: int, parent_pid: int, token: str) -> None:
     own, adopts what its method's processes orphan and marks its environment with ``token``
     (:mod:`bench.descendants`): after each run or call, what the method started and left running is killed, with
     a note. A ``KeyboardInterrupt`` raised here is the method's (this process receives no Ctrl-C: it is in a group
-    of its own and ignores SIGINT), and nothing it raises prints a traceback."""
+    of its own and ignores SIGINT), and nothing it raises prints a traceback. ``kernels``: variables that choose
+    torch's kernels (:data:`OTHER_KERNELS`), set before torch loads."""
     try:
-        _serve_requests(connection, threads, parent_pid, token)
+        _serve_requests(connection, threads, parent_pid, token, kernels or {})
     except BaseException:  # noqa: BLE001 - an interrupt or exit between requests: the parent reports the death
         end_process(1)
     end_process(0)
 
 
-def _serve_requests(connection, threads: int, parent_pid: int, token: str) -> None:
-    os.environ.update(thread_environment(threads))  # before torch loads OpenMP and MKL, which read them once
+def _serve_requests(connection, threads: int, parent_pid: int, token: str, kernels: dict[str, str]) -> None:
+    os.environ.update({**thread_environment(threads), **kernels})  # before torch loads them: each is read once
     os.environ[descendants.TREE_VARIABLE] = token
     descendants.lead_group()
     descendants.adopt_orphans()
@@ -251,11 +270,12 @@ DIED = object()
 
 
 class _Worker:
-    def __init__(self, context, threads: int):
+    def __init__(self, context, threads: int, kernels: dict[str, str] | None = None):
         self.connection, theirs = context.Pipe()
         self.token = secrets.token_hex(16)
         """What marks the environment of the worker and of every process its method starts."""
-        self.process = context.Process(target=_serve, args=(theirs, threads, os.getpid(), self.token), daemon=True)
+        self.process = context.Process(target=_serve, args=(theirs, threads, os.getpid(), self.token, kernels),
+                                       daemon=True)
         self.process.start()
         theirs.close()  # only the worker holds its end, so it sees end-of-file when the sweep closes ours
         self.method: str | None = None
@@ -344,11 +364,12 @@ class Isolated:
     (:meth:`attempt`) and the loading of its code (:meth:`check`) happen there, so that what no process can catch
     in itself (``os._exit``, a crash, a thread that never ends, a changed working directory) ends only that
     process, reported as the method's failure in one line. Spawned (not forked: torch's threads do not survive a
-    fork), it starts in a few seconds (PyTorch's import); Ctrl-C stops it with the command."""
+    fork), it starts in a few seconds (PyTorch's import); Ctrl-C stops it with the command. ``kernels``: as
+    :func:`run_in_workers` takes them (a bdl-bench method's name is a ``method`` too, when only the kernels differ)."""
 
-    def __init__(self, method: str, threads: int):
+    def __init__(self, method: str, threads: int, kernels: dict[str, str] | None = None):
         self.method = method
-        self._worker = _Worker(multiprocessing.get_context("spawn"), threads)
+        self._worker = _Worker(multiprocessing.get_context("spawn"), threads, kernels)
         self._worker.method = method
 
     def attempt(self, spec: "RunSpec", on_progress: Callable[[float], None] | None = None) -> Outcome:
@@ -416,12 +437,14 @@ class Isolations:
 
 
 def run_in_workers(specs: Iterable["RunSpec"], workers: int, threads: int,
-                   on_finished: Callable[["RunSpec", Outcome], None], spare: "Isolated | None" = None) -> None:
+                   on_finished: Callable[["RunSpec", Outcome], None], spare: "Isolated | None" = None,
+                   kernels: dict[str, str] | None = None) -> None:
     """Runs ``specs`` in ``workers`` spawned processes (not forked: torch's threads do not survive a fork),
     each with ``threads`` torch threads. A worker runs the runs of one method that is not bdl-bench's, or built-in
     ones (:func:`_kind`); ``spare``: one started already (for its method), which becomes the first worker. A worker
     that dies fails only the run it held; a fresh one replaces it. On any exit (Ctrl-C included) the workers are
-    killed; a killed run leaves its folder unfinished."""
+    killed; a killed run leaves its folder unfinished. ``kernels``: variables every worker sets before torch loads
+    (:data:`OTHER_KERNELS`: the runs compute as on another CPU kind)."""
     context = multiprocessing.get_context("spawn")
     pending = deque(specs)
     idle: list[_Worker] = []
@@ -439,7 +462,7 @@ def run_in_workers(specs: Iterable["RunSpec"], workers: int, threads: int,
                 else:
                     if idle:  # one of another method's: it makes room (at most `workers` processes)
                         idle.pop().stop(kill=False)
-                    worker = _Worker(context, threads)
+                    worker = _Worker(context, threads, kernels)
                     worker.method = kind
                 try:
                     worker.connection.send(("run", pending[0], False))

@@ -15,16 +15,16 @@ meter, and compares:
   default 1, as ``run``'s), not the record's: a run made with other threads is compared as below, and the line
   says which ``--threads`` would compare it bitwise (none where the run used more threads than this machine's
   cores, as bdl-bench runs at most one thread per core);
-- otherwise the re-execution behaves like another seed, so the recorded predictive must be as close
-  to the re-execution as seed-to-seed variation allows: its distance to the re-execution (mean total
-  variation for classification, mean W1 for regression) at most ``CROSS_ENVIRONMENT_FACTOR`` times the
-  distance between two re-executions with different seeds (the recorded one and ``seed + 1``);
-- a folder that holds its record alone (``--no-predictions``, as the shipped results): where the run's numerics are
-  the re-execution's, the sha256 of the re-execution's predictions against the one recorded, and the record's metrics
-  against those predictions'; elsewhere (another CPU kind) the record's fidelity metrics against the re-execution's,
-  equal to round-off (``CROSS_CPU_ROUND_OFF``, mode ``cross-environment, round-off``), or, where round-off grew
-  chaotically as in long sampler runs, no further apart than two seeds of the configuration, measured by re-executing
-  it with ``CROSS_CPU_SEEDS`` other seeds (mode ``cross-environment, statistical against 4 re-executed seeds``).
+- otherwise (the run was made on another CPU kind, or with other libraries or threads) its metrics, on the whole
+  test set and each block (recomputed from its predictions where it holds them, else as it claims them), against the
+  re-execution's, as :func:`verify_many` describes: to round-off (:mod:`bench.drift`) where they agree so (mode
+  ``cross-environment, round-off``); else its configuration is re-executed here on :data:`CROSS_CPU_SEEDS` seeds
+  natively and with another CPU kind's kernels (:data:`bench.executors.OTHER_KERNELS`). Where every one of them
+  reproduces to round-off, so must the record, and it does not: refused. Where round-off grows chaotically in it, the
+  record is one draw of its configuration, tested against the seeds re-executed here (a prediction interval per
+  metric), and the records of one configuration verified together are tested together (the mean of their primary
+  metrics against the mean of their seeds re-executed), which is what a rank rests on (mode ``cross-environment,
+  statistical against N re-executed seeds``).
 
 This answers "the budget is self-reported": a run trained longer than it claims, or whose predictions
 were edited, does not reproduce. ``submit --verify`` verifies before inserting and the leaderboard
@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -45,27 +47,24 @@ import torch
 from approximators import get_method
 from approximators.base import recorded_config
 from approximators.boundary import users_code
-from bench import metrics, records
-from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, shown
-from bench.executors import Isolations, isolates, usable_cores
+from bench import drift, records
+from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, MethodFailed, shown
+from bench.executors import OTHER_KERNELS, Isolated, Isolations, isolates, other_kernels_differ, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
-from leaderboard.store import RunRow
+from leaderboard.ranking import PRIMARY
+from leaderboard.store import OVERALL_BLOCK, RunRow
 from leaderboard.submission import SubmissionError, check_scored_claims, checked_run, score_run, scored
 
-CROSS_ENVIRONMENT_FACTOR = 2.0
-"""Another machine: recorded-to-rerun distance may be at most this times the rerun's seed-to-seed distance."""
-CROSS_CPU_ROUND_OFF = 1e-4
-"""A record kept alone, re-executed where round-off differs: its fidelity metrics may differ from the re-execution's
-by this much relative to max(1, |value|) and still be the same run. Measured between two CPU kinds' gate baselines
-of one code (``benchmarks/cross_cpu_round_off.py``; the figures in docs/notebook/verification.md): it lies in the gap
-between the configurations whose round-off stayed round-off and those where it grew chaotically (which the
-statistical comparison takes), and far under the smallest seed-to-seed spread of any metric, so what it lets
-through moves no rank."""
 CROSS_CPU_LEVEL = 0.01
-"""The false-alarm rate of the statistical comparison of a record kept alone with its configuration's seeds."""
-CROSS_CPU_SEEDS = 4
-"""Seeds re-executed to measure how far apart two seeds of a configuration are, where a record kept alone moved
-beyond round-off on another CPU kind (4: a t quantile of 5.8 at 3 degrees of freedom, where 2 seeds would give 127)."""
+"""Where a record made elsewhere is judged against its configuration's seeds re-executed here: the chance that an
+honest record is refused by its prediction interval, and that a configuration's honest records are refused by the
+test of their mean."""
+CROSS_CPU_SEEDS = 10
+"""How many seeds of a configuration are re-executed here (its records' own, then the next ones), natively and with
+other kernels, when a record made elsewhere is not its re-execution to round-off. With 10, a record's prediction
+interval at ``CROSS_CPU_LEVEL`` is ± 4.3 seed standard deviations on a regression task's 4 metrics and ± 5.7 on a
+classification task's 25 (t at 9 degrees of freedom, Bonferroni over them); with the 4 seeds of earlier releases it was
+± 13 to 23."""
 
 
 class VerificationError(BenchError):
@@ -76,7 +75,8 @@ class VerificationError(BenchError):
 class Verification:
     folder: Path
     mode: str
-    """``bitwise`` (what decides the run's round-off is the re-execution's) or ``cross-environment``."""
+    """``bitwise`` (what decides the run's round-off is the re-execution's), ``cross-environment, round-off`` or
+    ``cross-environment, statistical against N re-executed seeds``."""
     passed: bool
     detail: str
     threads: int
@@ -85,6 +85,35 @@ class Verification:
     def line(self) -> str:
         return (f"{self.folder}: {'verified' if self.passed else 'NOT VERIFIED'} ({self.mode}, {self.threads} torch "
                 f"thread{'s' if self.threads != 1 else ''}): {self.detail}")
+
+
+@dataclass(frozen=True)
+class _Elsewhere:
+    """A run made where round-off differs from here (another CPU kind, other libraries or threads), re-executed here:
+    its metrics per (block, metric), as claimed (recomputed from its predictions where it holds them) and as
+    re-executed, and what :func:`verify_many` needs to judge it with its configuration's other records."""
+
+    folder: Path
+    configuration: tuple
+    """What makes two records runs of one configuration: task, method (and where it was loaded from), budget and
+    resolved settings."""
+    kind: str
+    seed: int
+    claimed: dict
+    now: dict
+    sizes: dict
+    """Test points per block (``all`` the whole test set)."""
+    method_source: str
+    problems: tuple
+    """What else does not reproduce (the budget used, the settings), each a refusal."""
+    changes: dict | None
+    epochs_used: float
+    threads: int
+
+    def verdict(self, mode: str, passed: bool, detail: str) -> Verification:
+        return Verification(self.folder, mode, passed and not self.problems,
+                            "; ".join([detail, *self.problems, _not_bitwise(self.changes)])
+                            + f"; epochs used {self.epochs_used:g}", self.threads)
 
 
 def _recorded(folder: Path) -> dict:
@@ -103,10 +132,6 @@ def _recorded_config(method, values: dict, folder: Path):
     except ConfigError as error:
         raise ConfigError(f"{folder}: the recorded configuration does not fit {method.name}'s settings ({error})") \
             from None
-
-
-def _distance(kind: str, a: np.ndarray, b: np.ndarray) -> float:
-    return metrics.total_variation(a, b) if kind == "classification" else metrics.w1_distance(a, b)
 
 
 def _method_of(result: dict, folder: Path, method: str | None):
@@ -154,43 +179,132 @@ def _not_bitwise(changes: dict[str, tuple] | None) -> str:
     return why
 
 
-def verified_row(folder: Path, submitter: str, notes: str = "", cache: Path | None = None, method: str | None = None,
-                 isolate: bool = True, isolations: Isolations | None = None) -> RunRow:
-    """The leaderboard row of the run in ``folder``, validated and re-scored (:func:`leaderboard.submission.score_run`:
-    the cheap checks first), then re-executed (:func:`verify`, which takes ``method``, ``isolate`` and ``isolations``)
-    and refused unless it reproduces; the row records how it was verified."""
-    row = score_run(folder, submitter, notes, cache)
-    verification = verify(folder, cache, method, isolate, isolations)
-    if not verification.passed:
-        raise SubmissionError(f"{folder}: does not reproduce under re-execution ({verification.detail})")
-    return dataclasses.replace(row, verified=True, verification=verification.mode)
+def verified_rows(folders: list[Path], submitter: str, notes: str = "", cache: Path | None = None,
+                  method: str | None = None, isolate: bool = True, isolations: Isolations | None = None,
+                  on_verdict: Callable[[Verification], None] | None = None) -> list[RunRow]:
+    """The leaderboard rows of the runs in ``folders``, each validated and re-scored (:func:`leaderboard.submission.
+    score_run`: the cheap checks first), then re-executed together (:func:`verify_many`, which takes ``method``,
+    ``isolate``, ``isolations`` and ``on_verdict``) and refused unless every one reproduces; each row records how it was
+    verified."""
+    rows = [score_run(folder, submitter, notes, cache) for folder in folders]
+    verifications = verify_many(folders, cache, method, isolate, isolations, on_verdict=on_verdict)
+    for verification in verifications:
+        if not verification.passed:
+            raise SubmissionError(f"{verification.folder}: does not reproduce under re-execution "
+                                  f"({verification.detail})")
+    return [dataclasses.replace(row, verified=True, verification=verification.mode)
+            for row, verification in zip(rows, verifications)]
 
 
 def verify(folder: Path, cache: Path | None = None, method: str | None = None, isolate: bool = True,
            isolations: Isolations | None = None) -> Verification:
-    """Re-executes the run in ``folder`` on the CPU, with this process's torch threads, and compares it with its
+    """:func:`verify_many` of one folder: its failure raised."""
+    return verify_many([Path(folder)], cache, method, isolate, isolations)[0]
+
+
+def verify_many(folders: list[Path], cache: Path | None = None, method: str | None = None, isolate: bool = True,
+                isolations: Isolations | None = None,
+                on_refused: Callable[[Path, BaseException], None] | None = None,
+                on_verdict: Callable[[Verification], None] | None = None) -> list[Verification]:
+    """Re-executes each run in ``folders`` on the CPU, with this process's torch threads, and compares it with its
     record (``method``: the method to re-execute it with, as ``--method`` takes it; needed for a method loaded as
-    ``package.module:ClassName``).
+    ``package.module:ClassName``); the verdicts in the folders' order, each passed to ``on_verdict`` as it is known.
+
+    A record made elsewhere (round-off differs: another CPU kind, other libraries or threads) whose every metric is
+    its re-execution's to round-off (:func:`bench.drift.within_round_off`) verifies so (mode ``cross-environment,
+    round-off``). The others are judged with every record made elsewhere of their configuration among ``folders``:
+    its seeds (theirs, then the next ones, up to :data:`CROSS_CPU_SEEDS`) are re-executed here, natively and with
+    another CPU kind's kernels (:data:`bench.executors.OTHER_KERNELS`, in a process of their own), and each metric of
+    each record (but ``competition_w``, which is -W1) is held to the tighter of
+
+    - **what other kernels move it**: within :data:`bench.drift.OTHER_KERNELS_FACTOR` times the most any of those seeds moved
+      with the other kernels (at least round-off) of its own seed's re-execution. Where round-off stays round-off in
+      the configuration this is round-off, on any CPU kind; where it grows a little (a long run's last digits), a
+      little more;
+    - **the seeds' prediction interval**: where round-off grows chaotically a record is one draw of its
+      configuration, within the two-sided t interval at ``CROSS_CPU_LEVEL`` (Bonferroni over the metrics, N - 1
+      degrees of freedom for N seeds), mean ± t s sqrt(1 + 1/N), of the seeds re-executed here; and where two or
+      more of its records are verified together, the mean of their primary metrics judged so
+      (:data:`leaderboard.ranking.PRIMARY`, on the whole test set and each block) must lie within the t interval of
+      the mean of their own seeds re-executed here, ± t s sqrt(2 / n) (Bonferroni over those metrics), or all of
+      them are refused: what a rank rests on.
+
+    Every spread comes from re-executions here, never from what records beside it claim (mode ``cross-environment,
+    statistical against N re-executed seeds``).
 
     A method that is not bdl-bench's (:func:`bench.executors.isolates`: ``method``, else the one the record names)
     is re-executed, with ``isolate``, in a process of its own (``isolations``', else a new one), as ``run`` runs it:
     whatever its code does there (``os._exit``, a crash) is raised here as
     :class:`~bench.errors.FailedElsewhere`, one line naming the method (exit 4). Without ``isolate`` (``--debug``),
-    and for a built-in method, the re-execution runs in this process."""
-    folder = Path(folder)
+    and for a built-in method, the re-execution runs in this process. A folder that cannot be verified (refused by
+    the validator, a method that fails) raises, or is passed to ``on_refused`` with the error and left out."""
+    verdicts: dict[Path, Verification] = {}
+    elsewhere: list[_Elsewhere] = []
+
+    def refused(folder: Path, error: BaseException) -> None:
+        if on_refused is None:
+            raise error
+        on_refused(folder, error)
+
+    def decided(verification: Verification) -> None:
+        verdicts[verification.folder] = verification
+        if on_verdict is not None:
+            on_verdict(verification)
+
+    with contextlib.ExitStack() as stack:
+        if isolations is None:
+            isolations = stack.enter_context(Isolations(torch.get_num_threads()))
+        for folder in map(Path, folders):
+            try:
+                outcome = _in_place(folder, cache, method, isolate, isolations, _first_look, folder, cache, method)
+            except (MethodFailed, FailedElsewhere, BenchError) as error:
+                refused(folder, error)
+                continue
+            if isinstance(outcome, Verification):
+                decided(outcome)
+            else:
+                elsewhere.append(outcome)
+        groups: dict[tuple, list[_Elsewhere]] = {}
+        for record in elsewhere:
+            groups.setdefault(record.configuration, []).append(record)
+        for group in groups.values():
+            try:
+                judged = _judged(group, cache, method, isolate, isolations)
+            except (MethodFailed, FailedElsewhere, BenchError) as error:
+                for record in group:
+                    refused(record.folder, error)
+                continue
+            for verification in judged:
+                decided(verification)
+    return [verdicts[Path(folder)] for folder in folders if Path(folder) in verdicts]
+
+
+def _in_place(folder: Path, cache: Path | None, method: str | None, isolate: bool, isolations: Isolations,
+              function, *args):
+    """``function(*args)`` where the run's method is re-executed: in a process of its own for a method that is not
+    bdl-bench's (with ``isolate``), its failure raised here as :class:`~bench.errors.FailedElsewhere`; else here."""
     name = method if method is not None else _recorded(folder)["method"]
     if not (isolate and isolates(name)):
-        return _re_executed(folder, cache, method)
-    with contextlib.ExitStack() as stack:
-        isolations = isolations or stack.enter_context(Isolations(torch.get_num_threads()))
-        outcome = isolations.of(name).call(_re_executed, folder, cache, method)
+        return function(*args)
+    outcome = isolations.of(name).call(function, *args)
     if outcome.exit_code:
         raise FailedElsewhere(outcome.exit_code, outcome.failure)
     return outcome.result
 
 
-def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verification:
-    """:func:`verify` in this process."""
+def _seed_metrics(folder: Path, cache: Path | None, method: str | None, seed: int) -> dict[tuple[str, str], float]:
+    """The run's configuration re-executed with ``seed`` here: every metric, per (block, metric)."""
+    run = checked_run(folder, cache)
+    approximator_class = _method_of(run.result, folder, method)
+    config = _recorded_config(approximator_class, run.result["config"], folder)
+    problem, data = metered(run.task, run.result["budget"])
+    predictions, _ = fit_and_predict(planned(approximator_class, config, problem, data), problem, data, seed)
+    return _metric_values(scored(run.task, run.reference, predictions))
+
+
+def _first_look(folder: Path, cache: Path | None, method: str | None) -> "Verification | _Elsewhere":
+    """The run re-executed with its own seed: the verdict where it was made with this machine's numerics (bitwise),
+    else what :func:`verify_many` judges it by with its configuration's other records."""
     try:  # every claim the record makes that needs no re-execution, as submit and export-submission check them
         run = checked_run(folder, cache)
     except SubmissionError as error:
@@ -198,34 +312,27 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
     result, task, recorded = run.result, run.task, run.predictions
     digest = result.get("predictions_sha256")
     changes = _changes(result)
-    method = _method_of(result, folder, method)
-    config = _recorded_config(method, result["config"], folder)
+    approximator_class = _method_of(result, folder, method)
+    config = _recorded_config(approximator_class, result["config"], folder)
     seed = result["seed"]
-
-    def rerun(with_seed: int) -> tuple[np.ndarray, float, float, dict]:
-        problem, data = metered(task, result["budget"])
-        approximator = planned(method, config, problem, data)
-        resolved = resolved_config(approximator, problem)
-        predictions, _ = fit_and_predict(approximator, problem, data, with_seed)
-        return predictions, data.meter.epochs_used, data.meter.test_passes, resolved
-
-    predictions, epochs_used, test_passes, resolved = rerun(seed)
-    with users_code(method, "architecture_change"):
-        change = method.architecture_change(config)
-    budget_problems = [f"{name} {claimed:g} recorded, {actual:g} re-executed"
-                       for name, claimed, actual in (("epochs_used", result["epochs_used"], epochs_used),
-                                                     ("test_passes", result["test_passes"], test_passes))
-                       if claimed != actual]
+    problem, data = metered(task, result["budget"])
+    approximator = planned(approximator_class, config, problem, data)
+    resolved = resolved_config(approximator, problem)
+    predictions, _ = fit_and_predict(approximator, problem, data, seed)
+    epochs_used, test_passes = data.meter.epochs_used, data.meter.test_passes
+    with users_code(approximator_class, "architecture_change"):
+        change = approximator_class.architecture_change(config)
+    problems = [f"{name} {claimed:g} recorded, {actual:g} re-executed"
+                for name, claimed, actual in (("epochs_used", result["epochs_used"], epochs_used),
+                                              ("test_passes", result["test_passes"], test_passes))
+                if claimed != actual]
     if result.get("architecture_change") != change:
-        budget_problems.append(f"architecture_change {shown(result.get('architecture_change'))} recorded, "
-                               f"{shown(change)} re-executed")
+        problems.append(f"architecture_change {shown(result.get('architecture_change'))} recorded, "
+                        f"{shown(change)} re-executed")
     if result["resolved"] != records.as_recorded(resolved):  # a method of one's own: the validator cannot plan it
-        budget_problems.append(
-            f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
+        problems.append(f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
     threads = torch.get_num_threads()
-    if recorded is None and changes != {}:
-        return _alone_elsewhere(folder, run, predictions, budget_problems, changes, epochs_used, threads, rerun)
-    if recorded is None:
+    if changes == {} and recorded is None:
         same = records.predictions_sha256(predictions) == digest
         detail = "predictions' sha256 equal" if same else "the re-executed predictions' sha256 differs from the record's"
         if same:  # the record's metrics, from the predictions it names (bit for bit the re-executed ones)
@@ -233,31 +340,27 @@ def _re_executed(folder: Path, cache: Path | None, method: str | None) -> Verifi
                 check_scored_claims(result, scored(task, run.reference, predictions), str(folder / records.RESULT))
                 detail += ", every metric recomputed as recorded"
             except SubmissionError as error:
-                budget_problems.append(str(error))
-        return Verification(folder, "bitwise", same and not budget_problems,
-                            "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}", threads)
-    if predictions.shape != recorded.shape:
-        return Verification(folder, "bitwise" if changes == {} else "cross-environment", False,
-                            f"recorded predictions have shape {recorded.shape}, the re-execution {predictions.shape}",
-                            threads)
+                problems.append(str(error))
+        return Verification(folder, "bitwise", same and not problems,
+                            "; ".join([detail, *problems]) + f"; epochs used {epochs_used:g}", threads)
     if changes == {}:
         differing = int(np.sum(predictions != recorded))
         detail = ("predictions bitwise equal" if not differing else
                   f"{differing} of {recorded.size} prediction values differ (largest by "
                   f"{np.max(np.abs(predictions - recorded)):.3g})")
-        return Verification(folder, "bitwise", not differing and not budget_problems,
-                            "; ".join([detail, *budget_problems]) + f"; epochs used {epochs_used:g}", threads)
-    other, _, _, _ = rerun(seed + 1)
-    to_record = _distance(task.kind, recorded, predictions)
-    seed_to_seed = _distance(task.kind, other, predictions)
-    passed = to_record <= CROSS_ENVIRONMENT_FACTOR * seed_to_seed and not budget_problems
-    name = "TV" if task.kind == "classification" else "W1"
-    detail = (f"{name}(recorded, re-executed) = {to_record:.4g}, {name} between re-executions with seeds {seed} and "
-              f"{seed + 1} = {seed_to_seed:.4g} (allowed: x{CROSS_ENVIRONMENT_FACTOR:g})")
-    return Verification(folder, "cross-environment", passed,
-                        "; ".join([detail, *budget_problems, _not_bitwise(changes)]) + f"; epochs used {epochs_used:g}",
-                        threads)
-
+        return Verification(folder, "bitwise", not differing and not problems,
+                            "; ".join([detail, *problems]) + f"; epochs used {epochs_used:g}", threads)
+    now = _metric_values(scored(task, run.reference, predictions))
+    claimed = _claims(result) if recorded is None else _metric_values(run.scored)
+    if set(claimed) != set(now) or not all(records.finite_number(value) for value in claimed.values()):
+        return Verification(folder, "cross-environment", False, "the record's metrics are not the ones its task "
+                            f"gives ({len(claimed)} claimed, {len(now)} computed); {_not_bitwise(changes)}", threads)
+    sizes = {OVERALL_BLOCK: task.n_test, **{b.name: b.stop - b.start for b in task.test_blocks}}
+    configuration = (result["task"], result["method"], method or result.get("method_source") or "",
+                     float(result["budget"]), json.dumps(result["resolved"], sort_keys=True))
+    return _Elsewhere(folder, configuration, task.kind, seed, claimed, now, sizes,
+                      method or result.get("method_source") or result["method"], tuple(problems), changes,
+                      epochs_used, threads)
 
 
 def _metric_values(scored: dict[str, dict[str, float]]) -> dict[tuple[str, str], float]:
@@ -269,47 +372,132 @@ def _claims(result: dict) -> dict[tuple[str, str], object]:
     return _metric_values({"all": result["metrics"], **result["metrics_by_block"]})
 
 
-def _alone_elsewhere(folder: Path, run, predictions: np.ndarray, budget_problems: list[str],
-                     changes: dict[str, tuple], epochs_used: float, threads: int, rerun) -> Verification:
-    """A record kept alone (its predictions' sha256 and metrics), made where round-off differs. Every metric it claims,
-    on the whole test set and on each block, must be the re-execution's to :data:`CROSS_CPU_ROUND_OFF` (short runs,
-    whose round-off stays round-off); else, where round-off grew chaotically (long sampler runs), the record and the
-    re-execution must be two runs of one seed, no further apart than two seeds of the configuration: the
-    configuration is re-executed here with :data:`CROSS_CPU_SEEDS` other seeds, and on every metric |recorded -
-    re-executed| must lie within the two-sided t quantile at ``CROSS_CPU_LEVEL`` (Bonferroni over the metrics,
-    ``CROSS_CPU_SEEDS`` - 1 degrees of freedom) of sqrt(2) times their standard deviation. Nothing of the spread comes
-    from a file: records beside it are as editable as this one."""
+def _next_seeds(taken: list[int], count: int) -> list[int]:
+    """``count`` seeds after the largest of ``taken``, none of them taken."""
+    seeds, seed = [], max(taken)
+    while len(seeds) < count:
+        seed += 1
+        if seed not in taken:
+            seeds.append(seed)
+    return seeds
+
+
+def _judged(group: list[_Elsewhere], cache: Path | None, method: str | None, isolate: bool,
+            isolations: Isolations) -> list[Verification]:
+    """The verdicts of one configuration's records made elsewhere (:func:`verify_many`): its seeds re-executed here
+    and with other kernels where a record is not its re-execution to round-off, then :func:`judged`."""
+    first = group[0]
+    claims = [(record.seed, record.claimed) for record in group]
+    native = {record.seed: record.now for record in group}
+    moved = None
+    if not all(within_round_off(claimed, native[seed], first.sizes) for seed, claimed in claims):
+        for seed in _next_seeds(sorted(native), max(0, CROSS_CPU_SEEDS - len(native))):
+            native[seed] = _in_place(first.folder, cache, method, isolate, isolations, _seed_metrics, first.folder,
+                                     cache, method, seed)
+        moved = _moved_with_other_kernels(first, native, cache, method)
+    mode, judgements = judged(claims, native, moved, first.sizes, first.kind)
+    return [record.verdict(mode, judgement.passed, judgement.detail) for record, judgement in zip(group, judgements)]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    passed: bool
+    detail: str
+
+
+def within_round_off(claimed: dict, now: dict, sizes: dict[str, int]) -> bool:
+    """Whether every metric ``claimed`` (per (block, metric)) is ``now``'s to round-off (:mod:`bench.drift`)."""
+    return all(drift.within_round_off(metric, claimed[(block, metric)], value, sizes[block])
+               for (block, metric), value in now.items())
+
+
+def judged(claims: list[tuple[int, dict]], native: dict[int, dict], moved: dict | None, sizes: dict[str, int],
+           kind: str) -> tuple[str, list[Judgement]]:
+    """:func:`verify_many`'s judgement, from numbers alone: the mode and each record's verdict, for the records of one
+    configuration made elsewhere (``claims``: (seed, metric values per (block, metric))), its seeds re-executed here
+    (``native``: seed -> values; each record's seed among them, ten or more where a record is not its seed's to
+    round-off) and the most other kernels moved each metric over them (``moved``; None: no other kernels here).
+    ``sizes``: test points per block; ``kind``: the task's (which metrics are primary)."""
     import scipy.stats
 
-    result = run.result
-    now = _metric_values(scored(run.task, run.reference, predictions))
-    claimed = _claims(result)
-    if set(claimed) != set(now) or not all(records.finite_number(value) for value in claimed.values()):
-        return Verification(folder, "cross-environment", False, "the record's metrics are not the ones its task "
-                            f"gives ({len(claimed)} claimed, {len(now)} computed); {_not_bitwise(changes)}", threads)
-    gaps = {key: abs(now[key] - claimed[key]) / max(1.0, abs(claimed[key])) for key in now}
-    worst = max(gaps.values())
-    if worst <= CROSS_CPU_ROUND_OFF:
-        detail = (f"every re-executed metric equals the record's to round-off (largest relative difference "
-                  f"{worst:.2g}, allowed {CROSS_CPU_ROUND_OFF:g})")
-        return Verification(folder, "cross-environment, round-off", not budget_problems,
-                            "; ".join([detail, *budget_problems, _not_bitwise(changes)])
-                            + f"; epochs used {epochs_used:g}", threads)
-    seed = result["seed"]
-    others = [_metric_values(scored(run.task, run.reference, rerun(seed + k)[0]))
-              for k in range(1, CROSS_CPU_SEEDS + 1)]
-    quantile = float(scipy.stats.t.ppf(1 - CROSS_CPU_LEVEL / (2 * len(now)), CROSS_CPU_SEEDS - 1))
-    outside = []
-    for key, value in now.items():
-        allowed = quantile * math.sqrt(2) * float(np.std([other[key] for other in others], ddof=1))
-        if abs(claimed[key] - value) > allowed:
-            outside.append(f"{key[1]} on {key[0]} recorded {claimed[key]:.5g}, re-executed {value:.5g}, allowed "
-                           f"± {allowed:.3g}")
-    detail = (f"round-off grew beyond {CROSS_CPU_ROUND_OFF:g} (largest relative difference {worst:.2g}); against the "
-              f"spread of {CROSS_CPU_SEEDS} seeds re-executed here the record and its re-execution are "
-              + ("two runs of one seed" if not outside else "not two runs of one seed: " + "; ".join(outside[:3])
-                 + (f" (and {len(outside) - 3} more)" if len(outside) > 3 else "")))
-    return Verification(folder, f"cross-environment, statistical against {CROSS_CPU_SEEDS} re-executed seeds",
-                        not outside and not budget_problems,
-                        "; ".join([detail, *budget_problems, _not_bitwise(changes)]) + f"; epochs used {epochs_used:g}",
-                        threads)
+    if all(within_round_off(claimed, native[seed], sizes) for seed, claimed in claims):
+        return "cross-environment, round-off", [Judgement(True, "every re-executed metric equals the record's to "
+                                                                "round-off")] * len(claims)
+    n_seeds = len(native)
+    sample = native[claims[0][0]]
+    keys = [key for key in sample if not (key[1] == "competition_w" and (key[0], "w1") in sample)]
+    quantile = float(scipy.stats.t.ppf(1 - CROSS_CPU_LEVEL / (2 * len(keys)), n_seeds - 1))
+    limits = {}
+    for key in keys:
+        values = [native[seed][key] for seed in native]
+        mean = float(np.mean(values))
+        std = max(float(np.std(values, ddof=1)), drift.allowed_drift(key[1], mean, sizes[key[0]]))
+        limits[key] = (mean, quantile * std * math.sqrt(1 + 1 / n_seeds), std)
+    paired = {key: drift.OTHER_KERNELS_FACTOR * moved[key] for key in keys} if moved is not None else {}
+    paired = {key: allowance for key, allowance in paired.items() if allowance < limits[key][1]}
+    how = (f"{len(paired)} of {len(keys)} metrics held to {drift.OTHER_KERNELS_FACTOR:g} x the most any of {n_seeds} "
+           "seeds re-executed here moved with another CPU kind's kernels, the others to the seeds' prediction interval"
+           if moved is not None else "the seeds' prediction interval (no other kernels to re-execute with on this "
+           "machine: its CPU capability is torch's default)")
+    group_line = _group_line(claims, native, limits, paired, n_seeds, kind)
+    judgements = []
+    for seed, claimed_values in claims:
+        outside = []
+        for key in keys:
+            claimed, now = claimed_values[key], native[seed][key]
+            allowed_here = max(drift.allowed_drift(key[1], max(abs(claimed), abs(now)), sizes[key[0]]),
+                               paired.get(key, 0.0))
+            if key in paired:
+                if abs(claimed - now) > allowed_here:
+                    outside.append(f"{key[1]} on {key[0]} recorded {claimed:.6g}, re-executed {now:.6g}, allowed "
+                                   f"± {allowed_here:.3g}")
+            elif abs(claimed - now) > allowed_here and abs(claimed - limits[key][0]) > limits[key][1]:
+                outside.append(f"{key[1]} on {key[0]} recorded {claimed:.5g}, the seeds' mean {limits[key][0]:.5g} "
+                               f"± {limits[key][1]:.3g}")
+        detail = (f"against {n_seeds} seeds of its configuration re-executed here ({how}) the record is "
+                  + ("one of its runs" if not outside else "not one of its runs: " + "; ".join(outside[:3])
+                     + (f" (and {len(outside) - 3} more)" if len(outside) > 3 else "")))
+        judgements.append(Judgement(not outside and not group_line,
+                                    "; ".join([detail, *([group_line] if group_line else [])])))
+    return f"cross-environment, statistical against {n_seeds} re-executed seeds", judgements
+
+
+def _group_line(claims: list[tuple[int, dict]], native: dict[int, dict], limits: dict, paired: dict, n_seeds: int,
+                kind: str) -> str:
+    """Where two or more records of the configuration are verified together, the test of their mean on each primary
+    metric judged by the seeds' spread (those held to the other kernels' drift are held record by record): one line
+    saying which moved, else ""."""
+    import scipy.stats
+
+    primary = [key for key in limits if key[1] in PRIMARY[kind] and key not in paired]
+    if len(claims) < 2 or not primary:
+        return ""
+    quantile = float(scipy.stats.t.ppf(1 - CROSS_CPU_LEVEL / (2 * len(primary)), n_seeds - 1))
+    for key in primary:
+        mean_claimed = float(np.mean([claimed[key] for _, claimed in claims]))
+        mean_here = float(np.mean([native[seed][key] for seed, _ in claims]))
+        allowed = quantile * limits[key][2] * math.sqrt(2 / len(claims))
+        if abs(mean_claimed - mean_here) > allowed:
+            return (f"the {len(claims)} records' mean {key[1]} on {key[0]} is {mean_claimed:.6g}, their seeds "
+                    f"re-executed here average {mean_here:.6g}, allowed ± {allowed:.3g}: together they are not the "
+                    "configuration's runs")
+    return ""
+
+
+def _moved_with_other_kernels(first: _Elsewhere, native: dict[int, dict], cache: Path | None,
+                              method: str | None) -> dict[tuple[str, str], float] | None:
+    """Per metric, the most any seed of ``native`` moved when re-executed with another CPU kind's kernels (each seed in
+    one process of its own with :data:`bench.executors.OTHER_KERNELS`); None where this machine has no other kernels
+    to run (its CPU capability is torch's default)."""
+    if not other_kernels_differ():
+        return None
+    name = method if method is not None else first.method_source
+    most: dict[tuple[str, str], float] = {}
+    with Isolated(name if isolates(name) else "", torch.get_num_threads(), OTHER_KERNELS) as other:
+        for seed, values in native.items():
+            outcome = other.call(_seed_metrics, first.folder, cache, method, seed)
+            if outcome.exit_code:
+                raise FailedElsewhere(outcome.exit_code, outcome.failure)
+            for key, value in values.items():
+                most[key] = max(most.get(key, 0.0), abs(outcome.result[key] - value))
+    return most

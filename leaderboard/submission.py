@@ -298,6 +298,8 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
       official reference);
     - the predictions: present (where ``needs``, what is being done, needs them; else a record alone passes), valid
       predictions of the task, and the ones the record's sha256 names;
+    - a record alone: its metrics agree with each other (:func:`check_claims_agree`: identities every predictive
+      satisfies);
     - every metric the record claims, on the whole test set and on each block: recomputed from the predictions and
       the reference, equal to ``METRIC_TOLERANCE``.
 
@@ -333,6 +335,7 @@ def checked_run(folder: Path, cache: Path | None = None, needs: str | None = Non
                               f"({records.differences(result.get('noise_floor'), reference.noise_floor)})")
     _check_plan(result, task, source)
     if result.get("predictions_sha256") and not (folder / records.PREDICTIONS).exists() and needs is None:
+        check_claims_agree(result, task, reference, source)  # with predictions, every metric is recomputed below
         return CheckedRun(folder, result, task, reference, None, None)
     try:
         records.check_predictions_kept(folder, result, needs or "checking its claims")
@@ -380,6 +383,77 @@ def _check_plan(result: dict, task: Task, source: str) -> None:
     if resolved is not None and result["resolved"] != resolved:
         raise SubmissionError(f"{source}: records resolved settings its configuration does not resolve to at budget "
                               f"{float(result['budget']):g} ({records.differences(result['resolved'], resolved)})")
+
+
+CLAIMS_ROUND_OFF = 1e-9
+"""How far apart two sides of an identity between a record's metrics may be (float64 summation in another order)."""
+
+MEAN_METRICS = frozenset({"agreement", "total_variation", "accuracy", "nll", "w1", "w2", "competition_w",
+                          "log_likelihood"})
+"""Metrics that are means over test points: on the whole test set, the mean of the blocks' weighted by their sizes."""
+
+
+def _tiling(task: Task) -> list:
+    """Test blocks that cover the test set once, in order (none where the blocks do not)."""
+    tiles, start = [], 0
+    for block in sorted(task.test_blocks, key=lambda b: (b.start, b.stop)):
+        if block.start == start and block.stop > start:
+            tiles.append(block)
+            start = block.stop
+    return tiles if tiles and start == task.n_test else []
+
+
+def check_claims_agree(result: dict, task: Task, reference: Reference, source: str) -> None:
+    """The identities every honest record's metrics satisfy, whatever trained it and wherever: on every block, W2 >= W1
+    (per point, by Jensen's inequality), the competition's score is -W1, and accuracy lies within the disagreement
+    (1 - agreement) of the reference's own accuracy; on the whole test set, each mean over points is the mean of a tiling
+    of blocks weighted by their sizes (RMSE's square likewise), and ECE at most theirs. A record alone claims its metrics
+    without predictions that recompute them; one claim edited alone breaks an identity, refused in one line here, on any
+    CPU, before any re-execution."""
+    scopes = {OVERALL_BLOCK: result["metrics"], **result["metrics_by_block"]}
+    rows = {OVERALL_BLOCK: slice(None), **{b.name: slice(b.start, b.stop) for b in task.test_blocks}}
+    labels = None if task.y_test is None else task.y_test.numpy()
+
+    def close(a: float, b: float, scale: float) -> bool:
+        return abs(a - b) <= CLAIMS_ROUND_OFF * max(scale, 1e-300)
+
+    def refuse(block: str, what: str) -> SubmissionError:
+        where = "metrics" if block == OVERALL_BLOCK else f"metrics_by_block[{block!r}]"
+        return SubmissionError(f"{source}: its {where} contradict each other: {what}; no predictive gives them")
+
+    for block, claims in scopes.items():
+        if not isinstance(claims, dict) or not all(records.finite_number(v) for v in claims.values()):
+            continue  # the claims' grammar is checked where they are compared
+        if "w1" in claims and "w2" in claims and claims["w2"] < claims["w1"] - CLAIMS_ROUND_OFF * abs(claims["w1"]):
+            raise refuse(block, f"W2 {claims['w2']:.6g} below W1 {claims['w1']:.6g} (W2 >= W1 at every point)")
+        if "w1" in claims and "competition_w" in claims and not close(claims["competition_w"], -claims["w1"],
+                                                                       abs(claims["w1"])):
+            raise refuse(block, f"competition_w {claims['competition_w']:.10g} is not -W1 ({-claims['w1']:.10g})")
+        if {"accuracy", "agreement"} <= set(claims) and labels is not None and block in rows:
+            reference_accuracy = float(np.mean(reference.array[rows[block]].argmax(axis=1) == labels[rows[block]]))
+            if abs(claims["accuracy"] - reference_accuracy) > 1 - claims["agreement"] + CLAIMS_ROUND_OFF:
+                raise refuse(block, f"accuracy {claims['accuracy']:.6g} is further from the reference's "
+                                    f"{reference_accuracy:.6g} than its disagreement 1 - {claims['agreement']:.6g} allows")
+    tiles = _tiling(task)
+    if not tiles or not all(isinstance(scopes.get(b.name), dict) for b in tiles):
+        return
+    weights = {b.name: (b.stop - b.start) / task.n_test for b in tiles}
+    whole = result["metrics"]
+    for metric in whole:
+        parts = [scopes[name].get(metric) for name in weights]
+        if not all(records.finite_number(v) for v in [whole[metric], *parts]):
+            continue
+        if metric in MEAN_METRICS or metric == "rmse":
+            power = 2 if metric == "rmse" else 1
+            combined = sum(w * v**power for w, v in zip(weights.values(), parts)) ** (1 / power)
+            if not close(whole[metric], combined, sum(w * abs(v) for w, v in zip(weights.values(), parts))):
+                raise refuse(OVERALL_BLOCK, f"{metric} {whole[metric]:.10g} on the whole test set, but its blocks "
+                                            f"{', '.join(weights)} give {combined:.10g}")
+        elif metric == "ece":
+            bound = sum(w * v for w, v in zip(weights.values(), parts))
+            if whole[metric] > bound * (1 + CLAIMS_ROUND_OFF) + CLAIMS_ROUND_OFF:
+                raise refuse(OVERALL_BLOCK, f"ECE {whole[metric]:.6g} on the whole test set above the {bound:.6g} "
+                                            "its blocks bound it by")
 
 
 def check_scored_claims(result: dict, scored: dict[str, dict[str, float]], source: str) -> None:

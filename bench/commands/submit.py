@@ -11,7 +11,7 @@ from bench.progress import Progress
 
 def command(args) -> int:
     from bench.executors import Isolations
-    from bench.verify import verified_row
+    from bench.verify import verified_rows
     from leaderboard import submission
 
     name = submitter(args.name)
@@ -40,12 +40,13 @@ def command(args) -> int:
                 if args.method is not None and not args.verify:
                     raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code "
                                      "that re-executes a run folder; a run folder records its own method")
-                for folder in submission.run_folders([path]):
-                    if args.verify:
-                        rows.append(verified_row(folder, name, args.notes, args.cache, args.method, not args.debug,
-                                                 isolations))
-                        progress.finished(folder.name, failed=False)
-                    else:
-                        rows.append(submission.score_run(folder, name, args.notes, args.cache))
+                if args.verify:  # the runs of one configuration are verified together (bench.verify.verify_many)
+                    rows += verified_rows(submission.run_folders([path]), name, args.notes, args.cache, args.method,
+                                          not args.debug, isolations,
+                                          on_verdict=lambda verdict: progress.finished(verdict.folder.name,
+                                                                                       failed=False))
+                else:
+                    rows += [submission.score_run(folder, name, args.notes, args.cache)
+                             for folder in submission.run_folders([path])]
     store_rows(rows, args.db)
     return 0

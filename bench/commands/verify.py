@@ -6,43 +6,43 @@ import sys
 
 from bench.budget import check_planned_epochs
 from bench.commands.common import LINE_CHARS, claimed_epochs
-from bench.errors import (EXIT_BAD_INPUT, EXIT_METHOD, BenchError, FailedElsewhere, MachineRefused, MethodFailed,
-                          describe_failure, terminal_text)
+from bench.errors import EXIT_BAD_INPUT, EXIT_METHOD, MachineRefused, describe_failure, terminal_text
 from bench.progress import Progress
 
 
 def command(args) -> int:
     from bench.executors import Isolations
-    from bench.verify import verify
+    from bench.verify import verify_many
     from leaderboard.submission import run_folders
 
     folders = run_folders(args.paths)
     check_planned_epochs(claimed_epochs(folders, damaged_count_nothing=True), args.max_epochs,
                          f"verifying {len(folders)} run(s)")
-    results, failures, refused = [], 0, 0
+    counts = {"failures": 0, "refused": 0}
     # Each folder is its own verdict: a record refused (damaged, another task or reference, a budget its method's rule
     # refuses) or a re-execution that fails (a method that is not bdl-bench's in its own process, exit 4; a built-in
     # one diverging on the record's settings) is that folder's line on stderr, and the other folders are still verified.
     # The machine's refusals (a full disk) stop the command.
     with Isolations(args.threads) as isolations, Progress(len(folders), args.quiet, "verify") as progress:
-        for folder in folders:
-            try:
-                result = verify(folder, args.cache, args.method, isolate=not args.debug, isolations=isolations)
-            except (MethodFailed, FailedElsewhere, BenchError) as error:
-                code, line = describe_failure(error)
-                if args.debug or isinstance(error, MachineRefused) or code not in (EXIT_METHOD, EXIT_BAD_INPUT):
-                    raise
-                named = line if line.startswith(terminal_text(folder)) else f"{terminal_text(folder)}: {line}"
-                progress.say(f"error: {named}", sys.stderr)
-                progress.finished(folder.name, failed=True)
-                failures += code == EXIT_METHOD
-                refused += code == EXIT_BAD_INPUT
-                continue
+        def refused(folder, error: BaseException) -> None:
+            code, line = describe_failure(error)
+            if args.debug or isinstance(error, MachineRefused) or code not in (EXIT_METHOD, EXIT_BAD_INPUT):
+                raise error
+            named = line if line.startswith(terminal_text(folder)) else f"{terminal_text(folder)}: {line}"
+            progress.say(f"error: {named}", sys.stderr)
+            progress.finished(folder.name, failed=True)
+            counts["failures"] += code == EXIT_METHOD
+            counts["refused"] += code == EXIT_BAD_INPUT
+
+        def decided(result) -> None:
             progress.say(terminal_text(result.line(), LINE_CHARS), sys.stdout)
-            progress.finished(folder.name, failed=not result.passed)
-            results.append(result)
+            progress.finished(result.folder.name, failed=not result.passed)
+
+        results = verify_many(folders, args.cache, args.method, isolate=not args.debug, isolations=isolations,
+                              on_refused=refused, on_verdict=decided)
+    failures, refused_count = counts["failures"], counts["refused"]
     mismatched = sum(not r.passed for r in results)
     print(f"{len(results) - mismatched} of {len(folders)} runs verified"
-          + (f"; {refused} refused or failed to re-execute (each named on stderr)" if refused else "")
+          + (f"; {refused_count} refused or failed to re-execute (each named on stderr)" if refused_count else "")
           + (f"; {failures} could not be re-executed, their method failed (each named on stderr)" if failures else ""))
-    return EXIT_METHOD if failures else EXIT_BAD_INPUT if refused else 1 if mismatched else 0
+    return EXIT_METHOD if failures else EXIT_BAD_INPUT if refused_count else 1 if mismatched else 0

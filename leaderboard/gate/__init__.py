@@ -20,21 +20,18 @@ plain ``check --baseline FILE`` reruns exactly that configuration.
    deterministic, so every seed's every metric must reproduce within float round-off
    (``EXACT_TOLERANCE`` x max(1, |value|)); the first value that moved is reported. Any change to what
    a method computes, in either direction, fails: accept a deliberate one with ``--update``.
-3. **Statistical mode**, otherwise (or with ``--statistical``): another machine or library version
-   behaves like fresh seeds. Per metric, z = (mean now - mean baseline) / SE, the pooled two-sample t
-   statistic: with n_b baseline seeds and n_m seeds measured now (all of the baseline's, or its first
-   ``--seeds``), each s floored (below),
-   s_p^2 = ((n_b - 1) s_baseline^2 + (n_m - 1) s_now^2) / (n_b + n_m - 2) and
-   SE = s_p sqrt(1 / n_b + 1 / n_m) (for n_b = n_m = n, sqrt((s_baseline^2 + s_now^2) / n)). Fidelity
-   metrics (``FIDELITY_METRICS``) are flagged when |z| exceeds the tolerance in **either** direction:
-   at small budgets a large "improvement" is as suspicious as a loss. Other metrics are flagged when
-   worse. The default tolerance is the Bonferroni bound for a family-wise false-alarm rate
-   ``FAMILY_FALSE_ALARM`` over the m metrics compared, under Student's t with n_b + n_m - 2 degrees of
-   freedom: t^-1(1 - alpha / (2 m)). Fewer seeds now make a weaker check (a larger SE and tolerance)
-   at the same false-alarm rate: CI, which reruns 2 seeds to stay within its time, is exact on the baseline's
-   machine and this weaker statistical check on any other. A seed measured now that repeats a baseline
-   seed under other round-off only correlates the two means, which shrinks the true SE of their
-   difference: the test stays conservative.
+3. **Cross-CPU mode**, otherwise (or with ``--statistical``): another CPU kind keeps a seed's run where round-off
+   stays round-off and makes it another draw where round-off grows chaotically; the baseline's ``other_kernels``
+   (every run measured again with :data:`bench.executors.OTHER_KERNELS`) say how far, per metric. Each metric is
+   compared seed by seed within :func:`seed_allowance`: max(``SEED_FLOOR`` x its seeds' standard deviation,
+   :data:`bench.drift.OTHER_KERNELS_FACTOR` x the most the other kernels moved a seed, round-off), where that is at
+   most ``PAIRED_LIMIT`` standard deviations. Beyond, a primary metric on the whole test set
+   (:data:`leaderboard.ranking.PRIMARY`) is tested by its mean: z = (mean now - mean baseline) / SE with
+   SE = s_baseline sqrt(1 / n_b + 1 / n_m), the baseline's spread alone (a change that makes a method erratic cannot
+   widen its own test), flagged when |z| exceeds the Bonferroni bound for a family-wise false-alarm rate
+   ``FAMILY_FALSE_ALARM`` over the means tested, under Student's t with n_b - 1 degrees of freedom; the other
+   metrics of such a configuration are not comparable off the baseline's CPU (counted in the report). A baseline of
+   format 2 (no ``other_kernels``) is compared by its primary metrics' means alone.
 
 The floor of a standard deviation only keeps a (near-)zero spread from flagging any change at all:
 
@@ -49,10 +46,12 @@ The floor of a standard deviation only keeps a (near-)zero spread from flagging 
 from leaderboard.gate.baseline import (BASELINE_FORMAT, DEFAULT_SEEDS, EVERY_METHOD, baseline_sources, budget_options,
                                       describe_baseline, load_baseline, setting_options, vet_sources)
 from leaderboard.gate.runs import check, measure, update
-from leaderboard.gate.statistics import (BUDGET_FIELDS, EXACT_TOLERANCE, FAMILY_FALSE_ALARM, FIDELITY_METRICS, Finding,
-                                        Report, compare, spread_floor, standard_error, statistical_tolerance)
+from leaderboard.gate.statistics import (BUDGET_FIELDS, EXACT_TOLERANCE, FAMILY_FALSE_ALARM, FIDELITY_METRICS,
+                                        PAIRED_LIMIT, SEED_FLOOR, Finding, Move, Report, block_sizes, compare,
+                                        seed_allowance, spread_floor, standard_error, statistical_tolerance)
 
 __all__ = ["BASELINE_FORMAT", "BUDGET_FIELDS", "DEFAULT_SEEDS", "EVERY_METHOD", "EXACT_TOLERANCE", "FAMILY_FALSE_ALARM",
-           "FIDELITY_METRICS", "Finding", "Report", "baseline_sources", "budget_options", "check", "compare",
-           "describe_baseline", "load_baseline", "measure", "setting_options", "spread_floor", "standard_error",
-           "statistical_tolerance", "update", "vet_sources"]
+           "FIDELITY_METRICS", "PAIRED_LIMIT", "SEED_FLOOR", "Finding", "Move", "Report", "baseline_sources",
+           "block_sizes", "budget_options", "check", "compare", "describe_baseline", "load_baseline", "measure",
+           "seed_allowance", "setting_options", "spread_floor", "standard_error", "statistical_tolerance", "update",
+           "vet_sources"]

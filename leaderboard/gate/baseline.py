@@ -13,16 +13,20 @@ from bench.arguments import NUMBER, SEED_LIMIT
 from bench.budget import check_budget_size
 from bench.errors import BenchError, DamagedFile, shown
 from bench.io import read_json
-from bench.tasks import all_task_names
-from leaderboard.gate.statistics import BUDGET_FIELDS, statistical_tolerance
-from leaderboard.ranking import STD_DDOF, mean_std
+from bench.tasks import all_task_names, get_task
+from leaderboard.gate.statistics import BUDGET_FIELDS, block_sizes, seed_allowance
+from leaderboard.ranking import PRIMARY, STD_DDOF, mean_std
 from leaderboard.store import OVERALL_BLOCK
 
 
-BASELINE_FORMAT = 2
+BASELINE_FORMAT = 3
+"""3 adds, per metric, its values with another CPU kind's kernels (``other_kernels``); a file of format 2, without
+them, is still read, and off its CPU compares only the primary metrics' means."""
+
+READ_FORMATS = (2, 3)
 
 DEFAULT_SEEDS = 10
-"""Seeds per (method, task): with 10, the statistical tolerance is about 2.3 seed standard deviations."""
+"""Seeds per (method, task): the spread a check off the baseline's CPU judges by."""
 
 EVERY_METHOD = ""
 """The key of a ``--budget`` or ``--set`` value given without a method: it applies to every method measured."""
@@ -72,8 +76,9 @@ def load_baseline(path: Path) -> dict:
             from None
     except (OSError, ValueError) as error:
         raise BenchError(f"cannot read baseline {path}: {error}") from None
-    if not isinstance(baseline, dict) or baseline.get("format") != BASELINE_FORMAT:
-        raise BenchError(f"{path}: not a baseline file of format {BASELINE_FORMAT}; rewrite it with --update")
+    if not isinstance(baseline, dict) or baseline.get("format") not in READ_FORMATS:
+        raise BenchError(f"{path}: not a baseline file of format {' or '.join(map(str, READ_FORMATS))}; rewrite it "
+                         "with --update")
     _check_configuration(baseline, path)
     return baseline
 
@@ -173,6 +178,10 @@ def _check_statistics(stats, n_seeds: int, where: str, refuse) -> None:
     values = stats.get("values") if isinstance(stats, dict) else None
     if not (isinstance(values, list) and len(values) == n_seeds and all(map(records.finite_number, values))):
         raise refuse(f"{where}: its values must be {n_seeds} finite numbers, one per seed")
+    other = stats.get("other_kernels")
+    if other is not None and not (isinstance(other, list) and len(other) == n_seeds
+                                  and all(map(records.finite_number, other))):
+        raise refuse(f"{where}: its other_kernels values must be {n_seeds} finite numbers, one per seed")
     if not all(records.finite_number(stats.get(key)) and stats[key] >= 0 for key in ("std", "floor")) \
             or not records.finite_number(stats.get("mean")):
         raise refuse(f"{where}: its mean, std and floor must be finite numbers (std and floor >= 0)")
@@ -206,15 +215,16 @@ def describe_baseline(baseline: dict) -> str:
     for method, by_task in baseline["results"].items():
         settings = configuration.get("settings", {}).get(method) or {}
         for task, blocks in by_task.items():
+            points, primary = block_sizes(task)[OVERALL_BLOCK], PRIMARY[get_task(task).kind]
             for metric, stats in blocks[OVERALL_BLOCK].items():
+                allowance = seed_allowance(stats, metric, points)
                 rows.append({"method": method, "task": task, "budget": f"{configuration['budgets'][method]:g}",
                              "settings": " ".join(f"{key}={value}" for key, value in settings.items()) or "defaults",
                              "metric": metric, "mean": f"{stats['mean']:.5g}",
                              f"std (ddof {STD_DDOF})": f"{stats['std']:.3g}", "floor": f"{stats['floor']:.3g}",
-                             "floor used": "yes" if stats["floor_used"] else ""})
+                             "floor used": "yes" if stats["floor_used"] else "",
+                             "off this CPU": (f"each seed ± {allowance:.2g}" if allowance is not None else
+                                              "its mean" if metric in primary else "")})
     n_seeds = len(baseline["configuration"]["seeds"])
-    n_compared = sum(len(m) for by_task in baseline["results"].values() for blocks in by_task.values()
-                     for m in blocks.values())
     return (tabulate(rows, headers="keys") + f"\n{n_seeds} seeds, whole test set shown (every block is stored), "
-            f"measured in {baseline['wall_seconds']:.0f} s; statistical tolerance for a full check: "
-            f"{statistical_tolerance(n_seeds, n_seeds, n_compared):.2f} standard errors")
+            f"measured in {baseline['wall_seconds']:.0f} s")

@@ -1,5 +1,5 @@
-"""The gate's comparison of a measurement with its baseline: budget fields exactly, metrics exactly or by the pooled
-t test of the package's docstring (:mod:`leaderboard.gate`), with each spread floored."""
+"""The gate's comparison of a measurement with its baseline: budget fields exactly, metrics exactly (the baseline's
+numerics) or as on another CPU kind (:mod:`leaderboard.gate`'s docstring), with each spread floored."""
 
 from __future__ import annotations
 
@@ -9,16 +9,31 @@ from dataclasses import dataclass, field
 import scipy.stats
 from tabulate import tabulate
 
+from bench import drift
 from bench.errors import BenchError
 from bench.runner import environment, numerics_changes
 from bench.tasks import get_task
-from leaderboard.ranking import higher_is_better, mean_std
+from leaderboard.ranking import PRIMARY, higher_is_better, mean_std
 from leaderboard.store import OVERALL_BLOCK
 from reference.store import load_reference
 
 
 FAMILY_FALSE_ALARM = 0.01
-"""Probability that an unchanged method on another machine fails the statistical check (Bonferroni bound)."""
+"""Probability that an unchanged method on another machine fails the test of means (Bonferroni bound)."""
+
+SEED_FLOOR = 0.25
+"""Off the baseline's CPU, a metric compared seed by seed may move by this fraction of its seeds' standard deviation
+(or by what another CPU kind's kernels move it, :data:`bench.drift.OTHER_KERNELS_FACTOR` times, where that is more):
+across an Intel and an AMD CPU the largest move of such a metric was 0.04 of a standard deviation (a best epoch that
+flipped on one CPU), and a change that moves a method by one standard deviation moves a seed by more than this 86% of
+the time on each metric (docs/leaderboard.md)."""
+
+PAIRED_LIMIT = 4.0
+"""A metric is compared seed by seed off the baseline's CPU while what it may move there is at most this many of its
+seeds' standard deviations (about the width of a prediction interval for one seed): a change that makes a run another
+draw of a moved configuration still moves a seed beyond it often, where the test of two seeds' mean against the
+baseline's would almost never flag it. Beyond, another CPU kind makes its seeds other draws, and only its mean is
+tested (a primary metric on the whole test set) or nothing."""
 
 EXACT_TOLERANCE = 1e-12
 """Exact mode: |now - baseline| <= this x max(1, |baseline|) (float64 summation round-off, nothing more)."""
@@ -35,10 +50,10 @@ NOISE_FLOOR_FRACTION = 0.1
 NUMERIC_FLOOR = 1e-6
 
 
-def statistical_tolerance(n_baseline: int, n_now: int, n_compared: int) -> float:
-    """The default tolerance in standard errors: two-sided Bonferroni over ``n_compared`` metrics, t with
-    n_baseline + n_now - 2 degrees of freedom (the pooled variance's)."""
-    return float(scipy.stats.t.ppf(1 - FAMILY_FALSE_ALARM / (2 * max(n_compared, 1)), n_baseline + n_now - 2))
+def statistical_tolerance(n_baseline: int, n_compared: int) -> float:
+    """The test of means' tolerance in standard errors: two-sided Bonferroni over ``n_compared`` metrics, t with
+    n_baseline - 1 degrees of freedom (the variance is the baseline's alone)."""
+    return float(scipy.stats.t.ppf(1 - FAMILY_FALSE_ALARM / (2 * max(n_compared, 1)), max(n_baseline - 1, 1)))
 
 
 def checked_tolerance(tolerance: float | None) -> float | None:
@@ -57,20 +72,21 @@ def spread_floor(metric: str, block_size: int, noise_floor: dict | None, mean: f
     return NUMERIC_FLOOR * max(1.0, abs(mean)), f"{NUMERIC_FLOOR:g} x max(1, |mean|)"
 
 
-def _block_sizes(task_name: str) -> dict[str, int]:
+def block_sizes(task_name: str) -> dict[str, int]:
     task = get_task(task_name)
     return {OVERALL_BLOCK: task.n_test, **{b.name: b.stop - b.start for b in task.test_blocks}}
 
 
-def summarise(measured: dict) -> tuple[dict, dict]:
+def summarise(measured: dict, other_kernels: dict | None = None) -> tuple[dict, dict]:
     """(runs, results): per method and task every seed's budget fields; per method, task, block and
-    metric the seeds' values, mean, std (ddof 1) and the floor of the std."""
+    metric the seeds' values, mean, std (ddof 1), the floor of the std and, given ``other_kernels`` (the same runs
+    measured with :data:`bench.executors.OTHER_KERNELS`), those runs' values."""
     runs: dict = {}
     results: dict = {}
     for method, by_task in measured.items():
         for task, per_seed in by_task.items():
             runs.setdefault(method, {})[task] = {name: [seed[name] for seed in per_seed] for name in BUDGET_FIELDS}
-            sizes = _block_sizes(task)
+            sizes = block_sizes(task)
             noise_floor = load_reference(get_task(task)).metadata.get("noise_floor") or {}
             for block, metrics in per_seed[0]["metrics"].items():
                 for metric in metrics:
@@ -79,7 +95,9 @@ def summarise(measured: dict) -> tuple[dict, dict]:
                     floor, floor_rule = spread_floor(metric, sizes[block], noise_floor.get(block), mean)
                     results.setdefault(method, {}).setdefault(task, {}).setdefault(block, {})[metric] = {
                         "values": values, "mean": mean, "std": std, "floor": floor, "floor_rule": floor_rule,
-                        "floor_used": floor > std}
+                        "floor_used": floor > std,
+                        **({} if other_kernels is None else {"other_kernels": [
+                            seed["metrics"][block][metric] for seed in other_kernels[method][task]]})}
     return runs, results
 
 
@@ -99,7 +117,8 @@ class BudgetMismatch:
 
 @dataclass(frozen=True)
 class Move:
-    """Exact mode: one seed's metric that no longer reproduces."""
+    """One seed's metric that moved beyond what it may: round-off in exact mode, its allowance (:func:`seed_allowance`)
+    off the baseline's CPU."""
 
     method: str
     task: str
@@ -108,16 +127,17 @@ class Move:
     metric: str
     baseline: float
     now: float
+    allowed: float
 
     def row(self) -> dict:
         return {"method": self.method, "task": self.task, "seed": self.seed, "block": self.block,
                 "metric": self.metric, "baseline": f"{self.baseline:.12g}", "now": f"{self.now:.12g}",
-                "change": f"{self.now - self.baseline:+.3g}"}
+                "change": f"{self.now - self.baseline:+.3g}", "allowed": f"{self.allowed:.3g}"}
 
 
 @dataclass(frozen=True)
 class Finding:
-    """Statistical mode: one metric's means, their standard error and the oriented z (positive = worse)."""
+    """Off the baseline's CPU: one metric's means, their standard error and the oriented z (positive = worse)."""
 
     method: str
     task: str
@@ -148,7 +168,7 @@ class Finding:
 @dataclass(frozen=True)
 class Report:
     mode: str
-    """``exact`` or ``statistical``."""
+    """``exact`` or ``cross-CPU``."""
     tolerance: float
     budget_mismatches: list[BudgetMismatch]
     moves: list[Move] = field(default_factory=list)
@@ -158,6 +178,14 @@ class Report:
     wall_seconds: float = 0.0
     seeds: tuple[int, int] = (0, 0)
     """Seeds measured now and seeds the baseline holds."""
+    n_seed_by_seed: int = 0
+    """Cross-CPU: metrics compared seed by seed (the rest of ``n_compared`` are the findings, tested by their means)."""
+    n_chaotic: int = 0
+    """Cross-CPU: metrics whose round-off grows chaotically and that are not a primary metric on the whole test set:
+    not comparable off the baseline's CPU."""
+    other_kernels: bool = True
+    """Whether the baseline measured its runs with other kernels too (format 3): without, nothing is compared seed by
+    seed off its CPU."""
 
     @property
     def flagged(self) -> list[Finding]:
@@ -184,75 +212,114 @@ class Report:
             lines.append(tabulate([m.row() for m in self.budget_mismatches], headers="keys"))
         if self.mode == "exact":
             lines.append(f"exact comparison (the baseline's versions, CPU, threads and device): every seed's metrics "
-                         f"must reproduce "
-                         f"within {EXACT_TOLERANCE:g} x max(1, |value|)")
-            if self.moves:
-                first = self.moves[0]
-                lines.append(f"MOVED: first {first.method} on {first.task}, seed {first.seed}, block {first.block}, "
-                             f"{first.metric}: {first.baseline:.12g} -> {first.now:.12g}; {len(self.moves)} values moved "
-                             "in all (if the change is deliberate, rewrite the baseline with --update)")
-                lines.append(tabulate([m.row() for m in self.moves[:10]], headers="keys"))
+                         f"must reproduce within {EXACT_TOLERANCE:g} x max(1, |value|)")
+        elif self.other_kernels:
+            lines.append(f"compared as on another CPU kind ({self.seeds[0]} seeds now, the baseline's {self.seeds[1]}): "
+                         f"{self.n_seed_by_seed} metrics seed by seed, each within the larger of {SEED_FLOOR:g} of its "
+                         f"seeds' standard deviation and {drift.OTHER_KERNELS_FACTOR:g} x what other kernels moved it; "
+                         f"{len(self.findings)} primary metrics whose round-off grows chaotically by the test of means "
+                         f"(tolerance {self.tolerance:.2f} standard errors, the baseline's spread); {self.n_chaotic} "
+                         "other metrics whose round-off grows chaotically not comparable off the baseline's CPU")
         else:
-            lines.append(f"statistical comparison: tolerance {self.tolerance:.2f} standard errors of the difference of "
-                         f"means ({self.seeds[0]} seeds now, the baseline's {self.seeds[1]}) over {self.n_compared} "
-                         "metrics (fidelity metrics in both directions)")
-            for title, findings in (("FLAGGED", self.flagged), ("improved (not fidelity; consider --update)",
-                                                               self.improvements)):
-                if findings:
-                    lines.append(title)
-                    lines.append(tabulate([f.row() for f in findings], headers="keys"))
+            lines.append(f"compared as on another CPU kind ({self.seeds[0]} seeds now, the baseline's {self.seeds[1]}), "
+                         "by the primary metrics' means alone: the baseline holds no runs with other kernels (format 2; "
+                         f"rewrite it with --update to compare every metric seed by seed): {len(self.findings)} means "
+                         f"tested (tolerance {self.tolerance:.2f} standard errors, the baseline's spread), "
+                         f"{self.n_chaotic} metrics not comparable")
+        if self.moves:
+            first = self.moves[0]
+            lines.append(f"MOVED: first {first.method} on {first.task}, seed {first.seed}, block {first.block}, "
+                         f"{first.metric}: {first.baseline:.12g} -> {first.now:.12g}; {len(self.moves)} values moved "
+                         "in all (if the change is deliberate, rewrite the baseline with --update)")
+            lines.append(tabulate([m.row() for m in self.moves[:10]], headers="keys"))
+        for title, findings in (("FLAGGED", self.flagged), ("improved (not fidelity; consider --update)",
+                                                           self.improvements)):
+            if findings:
+                lines.append(title)
+                lines.append(tabulate([f.row() for f in findings], headers="keys"))
         if not self.n_compared:
             lines.append("NOTHING COMPARED: no metric of the baseline was measured again, so nothing was checked")
         verdict = "passed" if self.passed else "FAILED"
-        problems = len(self.moves) if self.mode == "exact" else len(self.flagged)
-        lines.append(f"check {verdict} ({self.mode}): {self.n_compared} metrics compared, {problems} "
-                     f"{'moved' if self.mode == 'exact' else 'flagged'}, {len(self.budget_mismatches)} budget "
-                     f"mismatches, {self.wall_seconds:.0f} s")
+        problems = (f"{len(self.moves)} moved" if self.mode == "exact" else
+                    f"{len(self.moves)} moved, {len(self.flagged)} flagged")
+        lines.append(f"check {verdict} ({self.mode}): {self.n_compared} metrics compared, {problems}, "
+                     f"{len(self.budget_mismatches)} budget mismatches, {self.wall_seconds:.0f} s")
         return "\n".join(lines)
 
 
-def standard_error(stats: dict, now_std: float | None, n_baseline: int, n_now: int) -> float:
-    """SE of the difference of the baseline's mean over ``n_baseline`` seeds and the mean now over ``n_now``, from
-    the pooled variance (both samples of one distribution under the null), every std floored by the baseline's
-    floor; a single seed now adds no variance term (its std is undefined) but still counts in 1 / n_now."""
-    s_base, s_now = max(stats["std"], stats["floor"]), max(now_std or 0.0, stats["floor"])
-    pooled = ((n_baseline - 1) * s_base**2 + (n_now - 1) * s_now**2) / (n_baseline + n_now - 2)
-    return math.sqrt(pooled * (1 / n_baseline + 1 / n_now))
+def standard_error(stats: dict, n_baseline: int, n_now: int) -> float:
+    """SE of the difference of the baseline's mean over ``n_baseline`` seeds and the mean now over ``n_now``, with the
+    baseline's standard deviation (floored) for both: a change that makes a method erratic cannot widen its own test."""
+    return max(stats["std"], stats["floor"]) * math.sqrt(1 / n_baseline + 1 / n_now)
+
+
+def seed_allowance(stats: dict, metric: str, n_points: int) -> float | None:
+    """How far a seed's ``metric`` (a block of ``n_points``) may move from the baseline's off the baseline's CPU, where
+    it is compared seed by seed: :data:`SEED_FLOOR` of its seeds' standard deviation, :data:`bench.drift.
+    OTHER_KERNELS_FACTOR` times the most another CPU kind's kernels moved a seed of it (the baseline's
+    ``other_kernels``), round-off, whichever is most; None where that exceeds :data:`PAIRED_LIMIT` of the standard
+    deviation, or the baseline did not measure other kernels."""
+    moved_by_kernels = stats.get("other_kernels")
+    if moved_by_kernels is None:
+        return None
+    spread = max(stats["std"], stats["floor"])
+    kernels = max(abs(a - b) for a, b in zip(moved_by_kernels, stats["values"]))
+    allowance = max(SEED_FLOOR * spread, drift.OTHER_KERNELS_FACTOR * kernels,
+                    max(drift.allowed_drift(metric, value, n_points) for value in stats["values"]))
+    return allowance if allowance <= PAIRED_LIMIT * spread else None
 
 
 def compare(baseline: dict, measured: dict, tolerance: float | None = None, statistical: bool = False) -> Report:
     """Compares ``measured`` (as :func:`measure` returns it, for all of the baseline's seeds or its first few) with
-    ``baseline``."""
+    ``baseline``: exactly where what decides round-off is the baseline's, else (or with ``statistical``) as on another
+    CPU kind: each metric that another CPU kind moves by little (:func:`seed_allowance`) seed by seed, each primary
+    metric on the whole test set whose round-off grows chaotically by the test of its mean."""
     seeds = baseline["configuration"]["seeds"]
     # Seeds measured now: every (method, task) reran the same first ones (all of them without --seeds).
     n_now = next((len(per_seed) for by_task in measured.values() for per_seed in by_task.values()), len(seeds))
     changes = numerics_changes_since(baseline)
-    mode = "statistical" if statistical or changes else "exact"
-    mismatches, moves, findings, n_compared = [], [], [], 0
+    mode = "cross-CPU" if statistical or changes else "exact"
+    mismatches, moves, findings, n_compared, n_seed_by_seed, n_chaotic = [], [], [], 0, 0, 0
     for method, by_task in measured.items():
         for task, per_seed in by_task.items():
             for name in BUDGET_FIELDS:
                 for seed, expected, seed_run in zip(seeds, baseline["runs"][method][task][name], per_seed):
                     if seed_run[name] != expected:
                         mismatches.append(BudgetMismatch(method, task, seed, name, expected, seed_run[name]))
+            sizes = block_sizes(task)
+            kind = get_task(task).kind
             for block, metrics in baseline["results"][method][task].items():
                 for metric, stats in metrics.items():
-                    n_compared += 1
                     observed = [seed_run["metrics"].get(block, {}).get(metric) for seed_run in per_seed]
                     if any(value is None for value in observed):
                         raise BenchError(f"{method} on {task} no longer reports {metric} for block {block}; "
                                          "if intended, rewrite the baseline with --update")
-                    if mode == "exact":
-                        moves += [Move(method, task, seed, block, metric, expected, value)
-                                  for seed, expected, value in zip(seeds, stats["values"], observed)
-                                  if abs(value - expected) > EXACT_TOLERANCE * max(1.0, abs(expected))]
-                    else:
-                        mean, std = mean_std(observed)
-                        findings.append(Finding(method, task, block, metric, stats["mean"], mean,
-                                                standard_error(stats, std, len(seeds), n_now)))
+                    allowed = (None if mode == "cross-CPU" else
+                               [EXACT_TOLERANCE * max(1.0, abs(expected)) for expected in stats["values"]])
+                    if mode == "cross-CPU":
+                        allowance = seed_allowance(stats, metric, sizes[block])
+                        if allowance is None:
+                            if block == OVERALL_BLOCK and metric in PRIMARY[kind]:
+                                n_compared += 1
+                                findings.append(Finding(method, task, block, metric, stats["mean"],
+                                                        mean_std(observed)[0],
+                                                        standard_error(stats, len(seeds), n_now)))
+                            else:
+                                n_chaotic += 1
+                            continue
+                        allowed = [allowance] * len(seeds)
+                        n_seed_by_seed += 1
+                    n_compared += 1
+                    moves += [Move(method, task, seed, block, metric, expected, value, limit)
+                              for seed, expected, value, limit in zip(seeds, stats["values"], observed, allowed)
+                              if abs(value - expected) > limit]
     if tolerance is None:
-        tolerance = statistical_tolerance(len(seeds), n_now, n_compared)
-    return Report(mode, tolerance, mismatches, moves, findings, changes, n_compared, seeds=(n_now, len(seeds)))
+        tolerance = statistical_tolerance(len(seeds), len(findings))
+    measured_other_kernels = all("other_kernels" in stats for by_task in baseline["results"].values()
+                                 for by_block in by_task.values() for metrics in by_block.values()
+                                 for stats in metrics.values())
+    return Report(mode, tolerance, mismatches, moves, findings, changes, n_compared, seeds=(n_now, len(seeds)),
+                  n_seed_by_seed=n_seed_by_seed, n_chaotic=n_chaotic, other_kernels=measured_other_kernels)
 
 
 def numerics_changes_since(baseline: dict) -> dict[str, tuple]:

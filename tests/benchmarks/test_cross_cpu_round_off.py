@@ -1,12 +1,18 @@
-"""benchmarks/cross_cpu_round_off.py: the drift between two CPU kinds' baselines, per configuration, beside its
-seeds' spread (the measurement behind bench.verify.CROSS_CPU_ROUND_OFF)."""
+"""benchmarks/cross_cpu_round_off.py: the drift between two CPU kinds' baselines, per configuration, and what verify
+and the gate make of it (the measurement behind bench.drift and docs/leaderboard.md's cross-CPU tables)."""
 
 import importlib.util
+import json
+import sys
 from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "cross_cpu_round_off.py"
+from tests.conftest import assert_same_to_round_off
+
+ROOT = Path(__file__).resolve().parents[2]
+PATH = ROOT / "benchmarks" / "cross_cpu_round_off.py"
+KEPT = ROOT / "benchmarks" / "results" / "cross-cpu.json"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +28,7 @@ def baseline(values: dict, budgets: dict, seeds=(0, 1)) -> dict:
     results = {}
     for (method, task), metrics in values.items():
         results.setdefault(method, {})[task] = {"all": {
-            metric: {"values": v, "mean": sum(v) / len(v),
+            metric: {"values": v, "mean": sum(v) / len(v), "floor": 0.0,
                      "std": (sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1)) ** 0.5}
             for metric, v in metrics.items()}}
     return {"configuration": {"budgets": budgets, "seeds": list(seeds)}, "results": results}
@@ -35,15 +41,34 @@ def test_drift_is_the_largest_relative_difference_and_reference_metrics_of_a_cha
     after = baseline({("sgd", "toy-gap"): {"w1": [0.5, 0.7003], "rmse": [2.002, 4.0]},
                       ("sgd", "digits"): {"agreement": [0.1, 0.2], "nll": [0.3, 0.5001]},
                       ("hmc", "toy-gap"): {"w1": [0.9, 0.6]}}, {"sgd": 20.0, "hmc": 200.0})
-    rows = script.compare(before, after, ["toy-gap"], ["digits"])
+    rows = script.drift_rows(before, after, ["toy-gap"], ["digits"])
     assert [(r["method"], r["task"]) for r in rows] == [("sgd", "toy-gap"), ("sgd", "digits")]  # hmc's budget moved
     toy, digits = rows
-    assert toy["cross-CPU drift"] == pytest.approx(0.002 / 2.0)  # relative to max(1, |value|), the largest
-    assert digits["cross-CPU drift"] == pytest.approx(1e-4)  # the changed reference's agreement is not compared
-    # the smallest spread relative to max(1, |mean|): w1's 0.2003 / sqrt 2, not rmse's 1.998 / sqrt 2 / 3.001
-    assert toy["seed spread"] == pytest.approx(0.2003 / 2 ** 0.5)
+    assert toy["drift (relative)"] == pytest.approx(0.002 / 2.002)  # relative to the larger value, the largest
+    assert digits["drift (relative)"] == pytest.approx(0.0001 / 0.5001)  # the changed reference's agreement left out
+    assert toy["drift (sd)"] == pytest.approx(0.0003 / (0.2003 / 2 ** 0.5))  # w1's: in its seeds' spread, the largest
+    assert toy["seed spread (relative)"] == pytest.approx((0.2003 / 2 ** 0.5) / 0.60015)
 
 
 def test_baselines_of_different_seeds_are_refused(script):
     with pytest.raises(SystemExit, match="different seeds"):
-        script.compare(baseline({}, {}, seeds=(0, 1)), baseline({}, {}, seeds=(0, 2)), [], [])
+        script.drift_rows(baseline({}, {}, seeds=(0, 1)), baseline({}, {}, seeds=(0, 2)), [], [])
+
+
+def test_the_kept_result_is_what_the_committed_baselines_give(script, tmp_path, monkeypatch):
+    """docs/leaderboard.md's cross-CPU tables are written from benchmarks/results/cross-cpu.json: recomputed here from
+    the committed baselines by the kept command (to round-off: another CPU kind may move a t quantile's last bits)."""
+    import shlex
+
+    kept = json.loads(KEPT.read_text())
+    arguments = shlex.split(kept["command"])[2:]
+    out = arguments.index("--out")
+    arguments[out + 1] = str(tmp_path / "cross-cpu.json")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["cross_cpu_round_off.py", *arguments])
+    script.main(arguments)
+    again = json.loads((tmp_path / "cross-cpu.json").read_text())
+    assert_same_to_round_off(again["tables"], kept["tables"])
+    assert again["elsewhere"] == kept["elsewhere"] and again["here"] == kept["here"]
+    alarms = dict(zip(kept["tables"]["gate-false-alarms"]["columns"], kept["tables"]["gate-false-alarms"]["rows"][0]))
+    assert (alarms["moved"], alarms["flagged"]) == (0, 0), "CI's check passes the other CPU kind's unchanged runs"

@@ -337,6 +337,50 @@ def test_a_record_kept_alone_has_its_metrics_recomputed_from_the_re_execution(tm
     code, text, _ = run_cli("verify", folder)
     assert code == 0 and "every metric recomputed as recorded" in text
     record = json.loads((folder / records.RESULT).read_text())
-    edited(folder, {**record, "metrics": {**record["metrics"], "w2": record["metrics"]["w2"] / 2}})
+    edited(folder, {**record, "metrics": {**record["metrics"], "w2": record["metrics"]["w2"] * 2}})  # W2 >= W1 still
     code, text, _ = run_cli("verify", folder)
     assert code == 1 and "NOT VERIFIED" in text and "claims w2 =" in text
+
+
+def _alone(tmp_path, run_cli, task: str):
+    out = tmp_path / "runs"
+    code, _, err = run_cli("--method", "sgd", "--budget", 1, "--task", task, "--out", out, "--quiet", "--no-predictions")
+    assert code == 0, err
+    return out / task / "sgd" / "budget-1" / "seed-0"
+
+
+def _scaled(record: dict, block: str, metric: str, by) -> dict:
+    """``record`` with ``metric`` on ``block`` times ``by`` (``"to 1"``: set to 1)."""
+    if by == "to 1":
+        value = (record["metrics"] if block == "all" else record["metrics_by_block"][block])[metric]
+        by = 1 / value
+    if block == "all":
+        return {**record, "metrics": {**record["metrics"], metric: record["metrics"][metric] * by}}
+    blocks = record["metrics_by_block"]
+    return {**record, "metrics_by_block": {**blocks, block: {**blocks[block], metric: blocks[block][metric] * by}}}
+
+
+@pytest.mark.parametrize("task, block, metric, by, message", [
+    ("toy-gap", "all", "w2", 0.5, "W2 0."),  # below W1 (W2 >= W1 at every point)
+    ("toy-gap", "all", "w1", 3.0, "W2 0."),  # W1 raised above W2: the same identity from its other side
+    ("toy-gap", "all", "competition_w", 1.000001, "is not -W1"),
+    ("digits", "blur", "accuracy", 0.5, "than its disagreement"),  # further from the reference's than 1 - agreement
+    ("digits", "brightness", "agreement", "to 1", "than its disagreement"),  # full agreement: the reference's accuracy
+    ("digits", "all", "total_variation", 1.001, "on the whole test set, but its blocks"),  # 0.1%: the issue's edit
+    ("digits", "blur", "nll", 1.001, "on the whole test set, but its blocks"),  # a block's, not the first's
+    ("digits", "all", "ece", 10.0, "above the"),  # ECE on the whole test set is at most its blocks' weighted mean
+])
+def test_a_record_alone_whose_metrics_contradict_each_other_is_refused_on_any_cpu(tmp_path, run_cli, task, block,
+                                                                                 metric, by, message):
+    """A record alone claims metrics no predictions recompute; each identity every predictive satisfies is checked,
+    before any re-execution, wherever the record was made (the environment edited as if from another CPU kind too)."""
+    folder = _alone(tmp_path, run_cli, task)
+    record = json.loads((folder / records.RESULT).read_text())
+    for environment in (record["environment"], {**record["environment"], "cpu": "another", "cpu_capability": "X"}):
+        edited(folder, _scaled({**record, "environment": environment}, block, metric, by))
+        code, _, err = run_cli("verify", folder)
+        assert_one_line(code, err, EXIT_BAD_INPUT, "contradict each other", message)
+        code, _, err = run_cli("submit", folder.parent.parent.parent.parent, "--db", tmp_path / "db.sqlite")
+        assert code == 2, err  # a record alone is refused by submit anyway; the identities come first
+    edited(folder, record)
+    assert run_cli("verify", folder)[0] == 0, "the unedited record verifies"
