@@ -271,6 +271,10 @@ def test_where_round_off_stays_round_off_with_other_kernels_a_record_is_held_to_
     """sgd on toy-gap reproduces to round-off with another CPU kind's kernels on every seed: a record of it made on any
     CPU kind is its re-execution to round-off, so half a seed's spread added to its W2 (W2 >= W1 still holds) is
     refused, where the seeds' prediction interval would take it."""
+    from bench.executors import other_kernels_differ
+
+    if not other_kernels_differ():
+        pytest.skip("torch runs its default kernels here: no other kernels to re-execute with")
     folder = _alone_elsewhere(alone, tmp_path, seeds=[0])[0]
     spread = float(np.std(_seed_values(alone, "w2"), ddof=1))
     _shift(folder, "w2", 0.5 * spread)
@@ -341,3 +345,16 @@ def test_the_records_of_a_configuration_verified_together_are_tested_by_their_me
     assert [v.passed for v in verifications] == [False] * 10
     assert "the 10 records' mean w2 on all" in verifications[0].detail
     assert verify(folders[3]).passed, "alone, one record is one draw of its configuration"
+
+
+def test_where_this_machine_has_no_other_kernels_a_record_is_held_to_the_seeds_prediction_interval(alone, tmp_path,
+                                                                                                monkeypatch):
+    """A CPU without the vector units ATen uses runs torch's default kernels already: nothing shows whether round-off
+    stays round-off, so a record beyond it is judged as one draw of its configuration, and the line says why."""
+    import bench.verify
+
+    monkeypatch.setattr(bench.verify, "other_kernels_differ", lambda: False)
+    folder = _alone_elsewhere(alone, tmp_path, seeds=[0])[0]
+    _shift(folder, "w2", 0.5 * float(np.std(_seed_values(alone, "w2"), ddof=1)))
+    verification = verify(folder)
+    assert verification.passed and "no other kernels to re-execute with on this machine" in verification.detail

@@ -296,8 +296,23 @@ def test_update_writes_a_baseline_that_the_check_then_passes_exactly(tmp_path, r
     assert code == 0, err
     content = json.loads(path.read_text())
     assert content["runs"]["sgd"]["toy-gap"]["epochs_used"] == [20.0, 20.0] and "--seeds 2" in content["commands"][0]
+    w2 = content["results"]["sgd"]["toy-gap"]["all"]["w2"]
+    assert content["format"] == 3 and len(w2["other_kernels"]) == 2, "every run measured again with other kernels"
     code, out, _ = run_cli("check", "--baseline", path)
     assert code == 0 and "check passed (exact)" in out
+
+
+def test_a_baseline_measured_where_there_are_no_other_kernels_compares_means_alone_off_its_cpu(tmp_path, monkeypatch,
+                                                                                            run_cli):
+    from bench import executors
+
+    monkeypatch.setattr(executors, "other_kernels_differ", lambda: False)
+    path = tmp_path / "baseline.json"
+    assert run_cli("check", "--update", "--baseline", path, "--method", "sgd", "--task", "toy-gap", "--seeds", "3")[0] == 0
+    content = json.loads(path.read_text())
+    assert content["other_kernels"] is None and "other_kernels" not in content["results"]["sgd"]["toy-gap"]["all"]["w2"]
+    code, out, _ = run_cli("check", "--baseline", path, "--statistical")
+    assert code == 0 and "by the primary metrics' means alone" in out and "1 means tested" in out, out
 
 
 def test_a_check_shows_its_runs_and_their_epochs_on_a_terminal_and_nothing_when_quiet(tmp_path, monkeypatch,
