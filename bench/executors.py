@@ -78,6 +78,16 @@ def thread_environment(threads: int) -> dict[str, str]:
     return {name: str(threads) for name in THREAD_VARIABLES}
 
 
+def _kernel_environment(kernels: dict[str, str]) -> dict[str, str]:
+    """``kernels`` and, where they choose other kernels, a ``torch.compile`` cache of their own: the shared one keys
+    its compiled code without the kernels ATen was told to use, and code compiled for this CPU's vector kernels fails
+    to build against the default ones (``at::vec`` undeclared)."""
+    if not kernels:
+        return {}
+    return {**kernels, "TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(),
+                                                               f"bdl-bench-inductor-other-kernels-{os.getuid()}")}
+
+
 def other_kernels_differ() -> bool:
     """Whether a process started with :data:`OTHER_KERNELS` computes with other kernels than this one: ATen picks
     vector kernels here (torch is imported)."""
@@ -199,7 +209,7 @@ def _serve(connection, threads: int, parent_pid: int, token: str, kernels: dict[
     of its own and ignores SIGINT), and nothing it raises prints a traceback. ``kernels``: variables that choose
     torch's kernels (:data:`OTHER_KERNELS`), set before torch loads."""
     try:
-        _serve_requests(connection, threads, parent_pid, token, kernels or {})
+        _serve_requests(connection, threads, parent_pid, token, _kernel_environment(kernels or {}))
     except BaseException:  # noqa: BLE001 - an interrupt or exit between requests: the parent reports the death
         end_process(1)
     end_process(0)

@@ -25,3 +25,29 @@ def test_a_process_started_with_other_kernels_runs_them_and_computes_otherwise()
     assert bits.result != _matmul_bits(), "the same float32 product, other last bits"
     with Isolated("", torch.get_num_threads()) as same:
         assert same.call(_matmul_bits).result == _matmul_bits(), "a process without them computes as this one"
+
+
+def _compiled_trajectory() -> list:
+    """A compiled HMC trajectory (float32 vector code), as ``hmc --set compiled=true`` runs one."""
+    from bench import hmc
+
+    target = hmc.Target(lambda theta: -theta.square().sum(-1), 1.0)
+    generator = torch.Generator().manual_seed(5)
+    position, momentum = torch.randn(3, 4, generator=generator), torch.randn(3, 4, generator=generator)
+    _, _, grad = target.evaluate(position)
+    ends = hmc.Integrator(target, vectorise=True, compiled=True)(position, momentum, grad,
+                                                                 torch.tensor([0.02, 0.03, 0.025]),
+                                                                 torch.tensor([30, 11, 21]))
+    return [end.tolist() for end in ends]
+
+
+def test_code_compiled_here_never_reaches_a_process_with_other_kernels():
+    """torch.compile's cache keys code without the kernels ATen was told to use: a process with other kernels keeps a
+    cache of its own, else code compiled here for the vector kernels fails to build there (`at::vec` undeclared)."""
+    if not other_kernels_differ():
+        pytest.skip("torch runs its default kernels here already")
+    here = _compiled_trajectory()
+    with Isolated("", torch.get_num_threads(), OTHER_KERNELS) as other:
+        outcome = other.call(_compiled_trajectory)
+    assert outcome.exit_code == 0, outcome.failure
+    assert len(outcome.result) == len(here)
