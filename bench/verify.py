@@ -437,8 +437,8 @@ def judged(claims: list[tuple[int, dict]], native: dict[int, dict], moved: dict 
     paired = {key: allowance for key, allowance in paired.items() if allowance < limits[key][1]}
     how = (f"{len(paired)} of {len(keys)} metrics held to {drift.OTHER_KERNELS_FACTOR:g} x the most any of {n_seeds} "
            "seeds re-executed here moved with another CPU kind's kernels, the others to the seeds' prediction interval"
-           if moved is not None else "the seeds' prediction interval (no other kernels to re-execute with on this "
-           "machine: its CPU capability is torch's default)")
+           if moved is not None else "the seeds' prediction interval: no other kernels to re-execute with on this "
+           "machine, whose CPU capability is torch's default")
     group_line = _group_line(claims, native, limits, paired, n_seeds, kind)
     judgements = []
     for seed, claimed_values in claims:
