@@ -375,9 +375,10 @@ class Isolated:
     in itself (``os._exit``, a crash, a thread that never ends, a changed working directory) ends only that
     process, reported as the method's failure in one line. Spawned (not forked: torch's threads do not survive a
     fork), it starts in a few seconds (PyTorch's import); Ctrl-C stops it with the command. ``kernels``: as
-    :func:`run_in_workers` takes them (a bdl-bench method's name is a ``method`` too, when only the kernels differ)."""
+    :func:`run_in_workers` takes them; ``method`` None where the process runs bdl-bench's own code with other kernels
+    (its death is then bdl-bench's failure, not a method's)."""
 
-    def __init__(self, method: str, threads: int, kernels: dict[str, str] | None = None):
+    def __init__(self, method: str | None, threads: int, kernels: dict[str, str] | None = None):
         self.method = method
         self._worker = _Worker(multiprocessing.get_context("spawn"), threads, kernels)
         self._worker.method = method

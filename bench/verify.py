@@ -48,7 +48,7 @@ from approximators import get_method
 from approximators.base import recorded_config
 from approximators.boundary import users_code
 from bench import drift, records
-from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, MethodFailed, shown
+from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, MethodFailed, describe_failure, shown
 from bench.executors import OTHER_KERNELS, Isolated, Isolations, isolates, other_kernels_differ, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
 from leaderboard.ranking import PRIMARY
@@ -179,6 +179,29 @@ def _not_bitwise(changes: dict[str, tuple] | None) -> str:
     return why
 
 
+def planned_epochs(folders: list[Path], damaged_count_nothing: bool = False) -> float:
+    """The most epochs verifying ``folders`` may train: each record's budget, and for the records of a configuration
+    made elsewhere (round-off differs), :data:`CROSS_CPU_SEEDS` seeds re-executed natively (their own among them) and as
+    many with other kernels, where they are not their re-executions to round-off. Each record checked first as
+    verify checks it (:func:`records.checked_result`); a damaged one counts nothing here with
+    ``damaged_count_nothing`` (it is refused in its turn)."""
+    total, elsewhere = 0.0, {}
+    for folder in folders:
+        try:
+            result = records.checked_result(folder)
+        except DamagedFile:
+            if not damaged_count_nothing:
+                raise
+            continue
+        total += result["budget"]
+        if _changes(result) != {}:
+            key = (result["task"], result["method"], float(result["budget"]),
+                   json.dumps(result["resolved"], sort_keys=True) if isinstance(result.get("resolved"), dict) else "")
+            elsewhere.setdefault(key, set()).add(result["seed"])
+    return total + sum(key[2] * (max(0, CROSS_CPU_SEEDS - len(seeds)) + CROSS_CPU_SEEDS)
+                       for key, seeds in elsewhere.items())
+
+
 def verified_rows(folders: list[Path], submitter: str, notes: str = "", cache: Path | None = None,
                   method: str | None = None, isolate: bool = True, isolations: Isolations | None = None,
                   on_verdict: Callable[[Verification], None] | None = None) -> list[RunRow]:
@@ -271,8 +294,11 @@ def verify_many(folders: list[Path], cache: Path | None = None, method: str | No
             try:
                 judged = _judged(group, cache, method, isolate, isolations)
             except (MethodFailed, FailedElsewhere, BenchError) as error:
+                code, line = describe_failure(error)
+                comparing = FailedElsewhere(code, "re-executing its configuration's seeds to compare it with, "
+                                                  f"natively or with other kernels: {line}")
                 for record in group:
-                    refused(record.folder, error)
+                    refused(record.folder, comparing)
                 continue
             for verification in judged:
                 decided(verification)
@@ -465,20 +491,23 @@ def judged(claims: list[tuple[int, dict]], native: dict[int, dict], moved: dict 
 def _group_line(claims: list[tuple[int, dict]], native: dict[int, dict], limits: dict, paired: dict, n_seeds: int,
                 kind: str) -> str:
     """Where two or more records of the configuration are verified together, the test of their mean on each primary
-    metric judged by the seeds' spread (those held to the other kernels' drift are held record by record): one line
-    saying which moved, else ""."""
+    metric judged by the seeds' spread (those held to the other kernels' drift are held record by record), over the
+    records' distinct seeds (those of one seed averaged: one draw): one line saying which moved, else ""."""
     import scipy.stats
 
     primary = [key for key in limits if key[1] in PRIMARY[kind] and key not in paired]
-    if len(claims) < 2 or not primary:
+    by_seed: dict[int, list[dict]] = {}
+    for seed, claimed in claims:  # records of one seed (copies, or runs of it on several machines) are one draw
+        by_seed.setdefault(seed, []).append(claimed)
+    if len(by_seed) < 2 or not primary:
         return ""
     quantile = float(scipy.stats.t.ppf(1 - CROSS_CPU_LEVEL / (2 * len(primary)), n_seeds - 1))
     for key in primary:
-        mean_claimed = float(np.mean([claimed[key] for _, claimed in claims]))
-        mean_here = float(np.mean([native[seed][key] for seed, _ in claims]))
-        allowed = quantile * limits[key][2] * math.sqrt(2 / len(claims))
+        mean_claimed = float(np.mean([np.mean([claimed[key] for claimed in of_seed]) for of_seed in by_seed.values()]))
+        mean_here = float(np.mean([native[seed][key] for seed in by_seed]))
+        allowed = quantile * limits[key][2] * math.sqrt(2 / len(by_seed))
         if abs(mean_claimed - mean_here) > allowed:
-            return (f"the {len(claims)} records' mean {key[1]} on {key[0]} is {mean_claimed:.6g}, their seeds "
+            return (f"the {len(by_seed)} seeds' records' mean {key[1]} on {key[0]} is {mean_claimed:.6g}, their seeds "
                     f"re-executed here average {mean_here:.6g}, allowed ± {allowed:.3g}: together they are not the "
                     "configuration's runs")
     return ""
@@ -493,7 +522,7 @@ def _moved_with_other_kernels(first: _Elsewhere, native: dict[int, dict], cache:
         return None
     name = method if method is not None else first.method_source
     most: dict[tuple[str, str], float] = {}
-    with Isolated(name if isolates(name) else "", torch.get_num_threads(), OTHER_KERNELS) as other:
+    with Isolated(name if isolates(name) else None, torch.get_num_threads(), OTHER_KERNELS) as other:
         for seed, values in native.items():
             outcome = other.call(_seed_metrics, first.folder, cache, method, seed)
             if outcome.exit_code:

@@ -430,7 +430,9 @@ def check_claims_agree(result: dict, task: Task, reference: Reference, source: s
                                                                        abs(claims["w1"])):
             raise refuse(block, f"competition_w {claims['competition_w']:.10g} is not -W1 ({-claims['w1']:.10g})")
         if {"accuracy", "agreement"} <= set(claims) and labels is not None and block in rows:
-            reference_accuracy = float(np.mean(reference.array[rows[block]].argmax(axis=1) == labels[rows[block]]))
+            # the reference's rows as agreement reads them (renormalised): a near-tie breaks the same way
+            reference_rows = metrics.validate_probabilities(reference.array[rows[block]], "the reference")
+            reference_accuracy = float(np.mean(reference_rows.argmax(axis=1) == labels[rows[block]]))
             if abs(claims["accuracy"] - reference_accuracy) > 1 - claims["agreement"] + CLAIMS_ROUND_OFF:
                 raise refuse(block, f"accuracy {claims['accuracy']:.6g} is further from the reference's "
                                     f"{reference_accuracy:.6g} than its disagreement 1 - {claims['agreement']:.6g} allows")
@@ -566,7 +568,8 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
 
 
 def run_folders(paths: list[Path]) -> list[Path]:
-    """Each path that is a run folder, or every run folder below a path that is not (sorted)."""
+    """Each path that is a run folder, or every run folder below a path that is not (sorted); a folder named twice
+    (``runs runs/x``, a link to it) once, where first named."""
     folders = []
     for path in map(Path, paths):
         if (path / records.RESULT).is_file():
@@ -578,7 +581,10 @@ def run_folders(paths: list[Path]) -> list[Path]:
             folders.extend(found)
         else:
             raise SubmissionError(f"{path}: not a run folder, a folder of runs, or a .zip")
-    return folders
+    unique: dict[Path, Path] = {}
+    for folder in folders:
+        unique.setdefault(folder.resolve(), folder)
+    return list(unique.values())
 
 
 def with_current_floors(rows: list[RunRow]) -> list[RunRow]:

@@ -10,21 +10,6 @@ from bench import records
 from bench.errors import DamagedFile, terminal_text
 
 
-def claimed_epochs(folders, damaged_count_nothing: bool = False) -> float:
-    """The epochs the records in ``folders`` claim, each record checked first as verify and submit check it
-    (:func:`records.checked_result`): an edited one is one line before anything is planned or trains, or with
-    ``damaged_count_nothing`` (``verify``, where each folder is its own verdict) claims nothing here and is refused
-    in its turn."""
-    total = 0.0
-    for folder in folders:
-        try:
-            total += records.checked_result(folder)["budget"]
-        except DamagedFile:
-            if not damaged_count_nothing:
-                raise
-    return total
-
-
 def print_tables(rows: list[dict]) -> None:
     """:func:`summary_row` rows, one table per kind of task (their metrics differ)."""
     for kind in ("regression", "classification"):

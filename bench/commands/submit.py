@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from bench.budget import check_planned_epochs
 from bench.commands import DEFAULT_THREADS
-from bench.commands.common import claimed_epochs, store_rows, submitter
+from bench.commands.common import store_rows, submitter
 from bench.errors import BenchError
 from bench.progress import Progress
 
 
 def command(args) -> int:
     from bench.executors import Isolations
-    from bench.verify import verified_rows
+    from bench.verify import planned_epochs, verified_rows
     from leaderboard import submission
 
     name = submitter(args.name)
@@ -19,7 +19,8 @@ def command(args) -> int:
         from leaderboard.submission import run_folders
 
         folders = run_folders([p for p in args.paths if p.suffix != ".zip"])
-        check_planned_epochs(claimed_epochs(folders), args.max_epochs, f"verifying {len(folders)} run(s)")
+        check_planned_epochs(planned_epochs(folders), args.max_epochs,
+                             f"verifying {len(folders)} run(s)")
     rows = []
     # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders.
     with Isolations(args.threads or DEFAULT_THREADS) as isolations, \
@@ -40,13 +41,12 @@ def command(args) -> int:
                 if args.method is not None and not args.verify:
                     raise BenchError(f"{path}: --method names a competition zip's method, or with --verify the code "
                                      "that re-executes a run folder; a run folder records its own method")
-                if args.verify:  # the runs of one configuration are verified together (bench.verify.verify_many)
-                    rows += verified_rows(submission.run_folders([path]), name, args.notes, args.cache, args.method,
-                                          not args.debug, isolations,
-                                          on_verdict=lambda verdict: progress.finished(verdict.folder.name,
-                                                                                       failed=False))
-                else:
+                if not args.verify:
                     rows += [submission.score_run(folder, name, args.notes, args.cache)
                              for folder in submission.run_folders([path])]
+        if args.verify:  # every path's runs together: one configuration's are verified together (verify_many)
+            rows += verified_rows(folders, name, args.notes, args.cache, args.method, not args.debug, isolations,
+                                  on_verdict=lambda verdict: progress.finished(verdict.folder.name,
+                                                                               failed=not verdict.passed))
     store_rows(rows, args.db)
     return 0

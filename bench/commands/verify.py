@@ -5,18 +5,18 @@ from __future__ import annotations
 import sys
 
 from bench.budget import check_planned_epochs
-from bench.commands.common import LINE_CHARS, claimed_epochs
+from bench.commands.common import LINE_CHARS
 from bench.errors import EXIT_BAD_INPUT, EXIT_METHOD, MachineRefused, describe_failure, terminal_text
 from bench.progress import Progress
 
 
 def command(args) -> int:
     from bench.executors import Isolations
-    from bench.verify import verify_many
+    from bench.verify import planned_epochs, verify_many
     from leaderboard.submission import run_folders
 
     folders = run_folders(args.paths)
-    check_planned_epochs(claimed_epochs(folders, damaged_count_nothing=True), args.max_epochs,
+    check_planned_epochs(planned_epochs(folders, damaged_count_nothing=True), args.max_epochs,
                          f"verifying {len(folders)} run(s)")
     counts = {"failures": 0, "refused": 0}
     # Each folder is its own verdict: a record refused (damaged, another task or reference, a budget its method's rule

@@ -182,7 +182,8 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     sources = {name: spec for name, (spec, _) in loaded.items()}
     budget_of = {name: _budget_of(method, own_budgets.get(name, budgets.get(EVERY_METHOD)))
                  for name, (_, method) in loaded.items()}
-    check_planned_epochs(sum(budget_of.values()) * len(tasks) * n_seeds, max_epochs, f"updating {path}")
+    passes = 2 if executors.other_kernels_differ() else 1  # natively, then with another CPU kind's kernels
+    check_planned_epochs(sum(budget_of.values()) * len(tasks) * n_seeds * passes, max_epochs, f"updating {path}")
     settings_of = {name: {**settings.get(EVERY_METHOD, {}), **own_settings.get(name, {})} for name in loaded}
     for task in tasks:
         load_reference(get_task(task))
@@ -197,8 +198,7 @@ def update(path: Path, methods: list[str] | None = None, tasks: list[str] | None
     # The same runs with another CPU kind's kernels: how far each metric's round-off grows, what a check off this
     # CPU allows it (leaderboard.gate.statistics.seed_allowance). None where this machine has no other kernels.
     other = (measure({name: tasks for name in loaded}, list(range(n_seeds)), budget_of, settings_of, sources,
-                     workers, threads, quiet, kernels=executors.OTHER_KERNELS)
-             if executors.other_kernels_differ() else None)
+                     workers, threads, quiet, kernels=executors.OTHER_KERNELS) if passes == 2 else None)
     runs, results = summarise(measured, other)
     command = shlex.join([
         "python", "-m", "bench", "check", "--update", "--baseline", str(path), "--method", *specs,

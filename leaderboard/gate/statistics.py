@@ -183,9 +183,9 @@ class Report:
     n_chaotic: int = 0
     """Cross-CPU: metrics whose round-off grows chaotically and that are not a primary metric on the whole test set:
     not comparable off the baseline's CPU."""
-    other_kernels: bool = True
-    """Whether the baseline measured its runs with other kernels too (format 3): without, nothing is compared seed by
-    seed off its CPU."""
+    n_without_kernels: int = 0
+    """Cross-CPU: metrics the baseline holds no other kernels' values for (format 2, a part measured by an older update,
+    or a machine whose torch runs its default kernels): not compared seed by seed."""
 
     @property
     def flagged(self) -> list[Finding]:
@@ -213,19 +213,16 @@ class Report:
         if self.mode == "exact":
             lines.append(f"exact comparison (the baseline's versions, CPU, threads and device): every seed's metrics "
                          f"must reproduce within {EXACT_TOLERANCE:g} x max(1, |value|)")
-        elif self.other_kernels:
+        else:
+            without = (f"; {self.n_without_kernels} metrics the baseline holds no runs with other kernels for (format "
+                       "2, or measured where torch runs its default kernels), compared by a primary metric's mean alone"
+                       if self.n_without_kernels else "")
             lines.append(f"compared as on another CPU kind ({self.seeds[0]} seeds now, the baseline's {self.seeds[1]}): "
                          f"{self.n_seed_by_seed} metrics seed by seed, each within the larger of {SEED_FLOOR:g} of its "
                          f"seeds' standard deviation and {drift.OTHER_KERNELS_FACTOR:g} x what other kernels moved it; "
-                         f"{len(self.findings)} primary metrics whose round-off grows chaotically by the test of means "
-                         f"(tolerance {self.tolerance:.2f} standard errors, the baseline's spread); {self.n_chaotic} "
-                         "other metrics whose round-off grows chaotically not comparable off the baseline's CPU")
-        else:
-            lines.append(f"compared as on another CPU kind ({self.seeds[0]} seeds now, the baseline's {self.seeds[1]}), "
-                         "by the primary metrics' means alone: the baseline holds no runs with other kernels (format 2; "
-                         f"rewrite it with --update to compare every metric seed by seed): {len(self.findings)} means "
-                         f"tested (tolerance {self.tolerance:.2f} standard errors, the baseline's spread), "
-                         f"{self.n_chaotic} metrics not comparable")
+                         f"{len(self.findings)} primary metrics by the test of means (tolerance {self.tolerance:.2f} "
+                         f"standard errors, the baseline's spread); {self.n_chaotic} other metrics not comparable off "
+                         f"the baseline's CPU{without}")
         if self.moves:
             first = self.moves[0]
             lines.append(f"MOVED: first {first.method} on {first.task}, seed {first.seed}, block {first.block}, "
@@ -258,14 +255,14 @@ def seed_allowance(stats: dict, metric: str, n_points: int) -> float | None:
     it is compared seed by seed: :data:`SEED_FLOOR` of its seeds' standard deviation, :data:`bench.drift.
     OTHER_KERNELS_FACTOR` times the most another CPU kind's kernels moved a seed of it (the baseline's
     ``other_kernels``), round-off, whichever is most; None where that exceeds :data:`PAIRED_LIMIT` of the standard
-    deviation, or the baseline did not measure other kernels."""
+    deviation (floored by round-off), or the baseline did not measure other kernels."""
     moved_by_kernels = stats.get("other_kernels")
     if moved_by_kernels is None:
         return None
-    spread = max(stats["std"], stats["floor"])
+    round_off = max(drift.allowed_drift(metric, value, n_points) for value in stats["values"])
+    spread = max(stats["std"], stats["floor"], round_off)  # a metric its seeds barely move still moves by round-off
     kernels = max(abs(a - b) for a, b in zip(moved_by_kernels, stats["values"]))
-    allowance = max(SEED_FLOOR * spread, drift.OTHER_KERNELS_FACTOR * kernels,
-                    max(drift.allowed_drift(metric, value, n_points) for value in stats["values"]))
+    allowance = max(SEED_FLOOR * spread, drift.OTHER_KERNELS_FACTOR * kernels, round_off)
     return allowance if allowance <= PAIRED_LIMIT * spread else None
 
 
@@ -279,7 +276,7 @@ def compare(baseline: dict, measured: dict, tolerance: float | None = None, stat
     n_now = next((len(per_seed) for by_task in measured.values() for per_seed in by_task.values()), len(seeds))
     changes = numerics_changes_since(baseline)
     mode = "cross-CPU" if statistical or changes else "exact"
-    mismatches, moves, findings, n_compared, n_seed_by_seed, n_chaotic = [], [], [], 0, 0, 0
+    mismatches, moves, findings, n_compared, n_seed_by_seed, n_chaotic, n_without_kernels = [], [], [], 0, 0, 0, 0
     for method, by_task in measured.items():
         for task, per_seed in by_task.items():
             for name in BUDGET_FIELDS:
@@ -298,6 +295,7 @@ def compare(baseline: dict, measured: dict, tolerance: float | None = None, stat
                                [EXACT_TOLERANCE * max(1.0, abs(expected)) for expected in stats["values"]])
                     if mode == "cross-CPU":
                         allowance = seed_allowance(stats, metric, sizes[block])
+                        n_without_kernels += "other_kernels" not in stats
                         if allowance is None:
                             if block == OVERALL_BLOCK and metric in PRIMARY[kind]:
                                 n_compared += 1
@@ -315,11 +313,8 @@ def compare(baseline: dict, measured: dict, tolerance: float | None = None, stat
                               if abs(value - expected) > limit]
     if tolerance is None:
         tolerance = statistical_tolerance(len(seeds), len(findings))
-    measured_other_kernels = all("other_kernels" in stats for by_task in baseline["results"].values()
-                                 for by_block in by_task.values() for metrics in by_block.values()
-                                 for stats in metrics.values())
     return Report(mode, tolerance, mismatches, moves, findings, changes, n_compared, seeds=(n_now, len(seeds)),
-                  n_seed_by_seed=n_seed_by_seed, n_chaotic=n_chaotic, other_kernels=measured_other_kernels)
+                  n_seed_by_seed=n_seed_by_seed, n_chaotic=n_chaotic, n_without_kernels=n_without_kernels)
 
 
 def numerics_changes_since(baseline: dict) -> dict[str, tuple]:

@@ -51,3 +51,17 @@ def test_code_compiled_here_never_reaches_a_process_with_other_kernels():
         outcome = other.call(_compiled_trajectory)
     assert outcome.exit_code == 0, outcome.failure
     assert len(outcome.result) == len(here)
+
+
+def test_a_process_of_bdl_bench_s_own_code_that_dies_is_bdl_bench_s_failure_not_a_method_s():
+    """verify re-executes a built-in method with other kernels in a process named after no method: if it dies, that
+    is a bug of bdl-bench's (exit 70), never blamed on a method (exit 4)."""
+    import os
+
+    from bench.errors import EXIT_INTERNAL, EXIT_METHOD
+
+    with Isolated(None, 1, OTHER_KERNELS) as ours:
+        outcome = ours.call(os._exit, 3)
+    assert outcome.exit_code == EXIT_INTERNAL and "method" not in outcome.failure, outcome
+    with Isolated("pkg.mod:Theirs", 1) as theirs:
+        assert theirs.call(os._exit, 3).exit_code == EXIT_METHOD

@@ -343,7 +343,7 @@ def test_the_records_of_a_configuration_verified_together_are_tested_by_their_me
         _shift(folder, "w2", shift)
     verifications = verify_many(folders)
     assert [v.passed for v in verifications] == [False] * 10
-    assert "the 10 records' mean w2 on all" in verifications[0].detail
+    assert "the 10 seeds' records' mean w2 on all" in verifications[0].detail
     assert verify(folders[3]).passed, "alone, one record is one draw of its configuration"
 
 
@@ -358,3 +358,24 @@ def test_where_this_machine_has_no_other_kernels_a_record_is_held_to_the_seeds_p
     _shift(folder, "w2", 0.5 * float(np.std(_seed_values(alone, "w2"), ddof=1)))
     verification = verify(folder)
     assert verification.passed and "no other kernels to re-execute with on this machine" in verification.detail
+
+
+def test_a_record_named_twice_or_copied_counts_once_in_the_test_of_its_configuration_s_mean(alone, tmp_path,
+                                                                                            chaotic):
+    """The test of the mean takes its records as independent draws: a folder named twice is verified once, and two
+    records of one seed (a copy, or the seed run on two machines) are one draw, whatever each claims."""
+    from bench.verify import verify_many
+
+    folders = _alone_elsewhere(alone, tmp_path, seeds=[0, 1])
+    shutil.copytree(folders[0], tmp_path / "copy-of-seed-0")
+    verifications = verify_many([folders[0], folders[1], folders[0], tmp_path / "copy-of-seed-0"])
+    assert [v.folder for v in verifications] == [folders[0], folders[1], folders[0], tmp_path / "copy-of-seed-0"]
+    assert all(v.passed for v in verifications)
+    from bench.verify import _group_line
+
+    native = {seed: {("all", "w2"): float(seed)} for seed in range(10)}
+    limits = {("all", "w2"): (4.5, 9.0, 1.0)}
+    one_seed_twice = [(0, {("all", "w2"): 0.0}), (0, {("all", "w2"): 0.0}), (1, {("all", "w2"): 1.0})]
+    assert _group_line(one_seed_twice, native, limits, {}, 10, "regression") == ""
+    moved = [(0, {("all", "w2"): 9.0}), (0, {("all", "w2"): 9.0}), (1, {("all", "w2"): 10.0})]
+    assert "the 2 seeds' records' mean w2 on all" in _group_line(moved, native, limits, {}, 10, "regression")

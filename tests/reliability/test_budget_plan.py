@@ -188,3 +188,19 @@ def test_a_budget_too_small_for_a_method_is_refused_by_its_plan_not_its_training
         return
     fit_and_predict(approximator, problem, data, seed=0)
     assert 0 < data.meter.epochs_used <= budget
+
+
+def test_verify_plans_the_seeds_it_re_executes_for_records_made_elsewhere(tmp_path, run_cli, monkeypatch):
+    """A record made on another CPU kind may need its configuration's 10 seeds re-executed natively and 10 with other
+    kernels: two records of one configuration claiming 5,001 epochs are planned as 10,002 + 5,001 x (8 + 10), beyond
+    the bound, where their claims alone are far within it."""
+    assert run_cli("--method", "sgd", "--budget", "1", "--task", "toy-gap", "--seed", "0", "1", "--out", tmp_path,
+                   "--quiet")[0] == 0
+    for record in tmp_path.rglob("result.json"):
+        result = json.loads(record.read_text())
+        result["budget"] = 5001.0
+        result["environment"] = {**result["environment"], "cpu": "another CPU kind"}
+        record.write_text(json.dumps(result))
+    monkeypatch.setattr(verify, "metered", lambda *_args, **_kwargs: pytest.fail("verify started training"))
+    code, _, err = run_cli("verify", tmp_path)
+    assert_one_line(code, err, EXIT_BAD_INPUT, "verifying 2 run(s) would train 100,020 epochs in all")
