@@ -51,8 +51,9 @@ from bench import drift, records
 from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, MethodFailed, describe_failure, shown
 from bench.executors import OTHER_KERNELS, Isolated, Isolations, isolates, other_kernels_differ, usable_cores
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
+from leaderboard.gate.statistics import block_sizes
 from leaderboard.ranking import PRIMARY
-from leaderboard.store import OVERALL_BLOCK, RunRow
+from leaderboard.store import RunRow
 from leaderboard.submission import SubmissionError, check_scored_claims, checked_run, score_run, scored
 
 CROSS_CPU_LEVEL = 0.01
@@ -179,10 +180,11 @@ def _not_bitwise(changes: dict[str, tuple] | None) -> str:
     return why
 
 
-def planned_epochs(folders: list[Path], damaged_count_nothing: bool = False) -> float:
+def planned_epochs(folders: list[Path], method: str | None = None, damaged_count_nothing: bool = False) -> float:
     """The most epochs verifying ``folders`` may train: each record's budget, and for the records of a configuration
     made elsewhere (round-off differs), :data:`CROSS_CPU_SEEDS` seeds re-executed natively (their own among them) and as
-    many with other kernels, where they are not their re-executions to round-off. Each record checked first as
+    many with other kernels, where they are not their re-executions to round-off (``method`` as :func:`verify_many`
+    takes it, which decides the configurations). Each record checked first as
     verify checks it (:func:`records.checked_result`); a damaged one counts nothing here with
     ``damaged_count_nothing`` (it is refused in its turn)."""
     total, elsewhere = 0.0, {}
@@ -195,11 +197,16 @@ def planned_epochs(folders: list[Path], damaged_count_nothing: bool = False) -> 
             continue
         total += result["budget"]
         if _changes(result) != {}:
-            key = (result["task"], result["method"], float(result["budget"]),
-                   json.dumps(result["resolved"], sort_keys=True) if isinstance(result.get("resolved"), dict) else "")
-            elsewhere.setdefault(key, set()).add(result["seed"])
-    return total + sum(key[2] * (max(0, CROSS_CPU_SEEDS - len(seeds)) + CROSS_CPU_SEEDS)
-                       for key, seeds in elsewhere.items())
+            elsewhere.setdefault(_configuration(result, method), set()).add(result["seed"])
+    return total + sum(budget * (max(0, CROSS_CPU_SEEDS - len(seeds)) + CROSS_CPU_SEEDS)
+                       for (_, _, _, budget, _), seeds in elsewhere.items())
+
+
+def _configuration(result: dict, method: str | None) -> tuple:
+    """What makes records runs of one configuration, judged together (:func:`verify_many`): task, method and where it
+    is loaded from (``method``, as ``--method`` names it, else the record's source), budget and resolved settings."""
+    return (result["task"], result["method"], method or result.get("method_source") or "", float(result["budget"]),
+            json.dumps(result.get("resolved"), sort_keys=True))
 
 
 def verified_rows(folders: list[Path], submitter: str, notes: str = "", cache: Path | None = None,
@@ -237,7 +244,7 @@ def verify_many(folders: list[Path], cache: Path | None = None, method: str | No
     its re-execution's to round-off (:func:`bench.drift.within_round_off`) verifies so (mode ``cross-environment,
     round-off``). The others are judged with every record made elsewhere of their configuration among ``folders``:
     its seeds (theirs, then the next ones, up to :data:`CROSS_CPU_SEEDS`) are re-executed here, natively and with
-    another CPU kind's kernels (:data:`bench.executors.OTHER_KERNELS`, in a process of their own), and each metric of
+    another CPU kind's kernels (:data:`bench.executors.OTHER_KERNELS`, in a process of its own), and each metric of
     each record (but ``competition_w``, which is -W1) is held to the tighter of
 
     - **what other kernels move it**: within :data:`bench.drift.OTHER_KERNELS_FACTOR` times the most any of those seeds moved
@@ -322,10 +329,19 @@ def _seed_metrics(folder: Path, cache: Path | None, method: str | None, seed: in
     """The run's configuration re-executed with ``seed`` here: every metric, per (block, metric)."""
     run = checked_run(folder, cache)
     approximator_class = _method_of(run.result, folder, method)
-    config = _recorded_config(approximator_class, run.result["config"], folder)
-    problem, data = metered(run.task, run.result["budget"])
-    predictions, _ = fit_and_predict(planned(approximator_class, config, problem, data), problem, data, seed)
+    predictions, _, _ = _trained(run, approximator_class, _recorded_config(approximator_class, run.result["config"],
+                                                                           folder), seed)
     return _metric_values(scored(run.task, run.reference, predictions))
+
+
+def _trained(run, approximator_class, config, seed: int) -> tuple[np.ndarray, object, dict]:
+    """The run's configuration trained again with ``seed`` under a fresh meter: (predictions, the meter, the settings
+    its plan resolved)."""
+    problem, data = metered(run.task, run.result["budget"])
+    approximator = planned(approximator_class, config, problem, data)
+    resolved = resolved_config(approximator, problem)
+    predictions, _ = fit_and_predict(approximator, problem, data, seed)
+    return predictions, data.meter, resolved
 
 
 def _first_look(folder: Path, cache: Path | None, method: str | None) -> "Verification | _Elsewhere":
@@ -341,11 +357,8 @@ def _first_look(folder: Path, cache: Path | None, method: str | None) -> "Verifi
     approximator_class = _method_of(result, folder, method)
     config = _recorded_config(approximator_class, result["config"], folder)
     seed = result["seed"]
-    problem, data = metered(task, result["budget"])
-    approximator = planned(approximator_class, config, problem, data)
-    resolved = resolved_config(approximator, problem)
-    predictions, _ = fit_and_predict(approximator, problem, data, seed)
-    epochs_used, test_passes = data.meter.epochs_used, data.meter.test_passes
+    predictions, meter, resolved = _trained(run, approximator_class, config, seed)
+    epochs_used, test_passes = meter.epochs_used, meter.test_passes
     with users_code(approximator_class, "architecture_change"):
         change = approximator_class.architecture_change(config)
     problems = [f"{name} {claimed:g} recorded, {actual:g} re-executed"
@@ -381,10 +394,8 @@ def _first_look(folder: Path, cache: Path | None, method: str | None) -> "Verifi
     if set(claimed) != set(now) or not all(records.finite_number(value) for value in claimed.values()):
         return Verification(folder, "cross-environment", False, "the record's metrics are not the ones its task "
                             f"gives ({len(claimed)} claimed, {len(now)} computed); {_not_bitwise(changes)}", threads)
-    sizes = {OVERALL_BLOCK: task.n_test, **{b.name: b.stop - b.start for b in task.test_blocks}}
-    configuration = (result["task"], result["method"], method or result.get("method_source") or "",
-                     float(result["budget"]), json.dumps(result["resolved"], sort_keys=True))
-    return _Elsewhere(folder, configuration, task.kind, seed, claimed, now, sizes,
+    sizes = block_sizes(task)
+    return _Elsewhere(folder, _configuration(result, method), task.kind, seed, claimed, now, sizes,
                       method or result.get("method_source") or result["method"], tuple(problems), changes,
                       epochs_used, threads)
 
@@ -515,9 +526,9 @@ def _group_line(claims: list[tuple[int, dict]], native: dict[int, dict], limits:
 
 def _moved_with_other_kernels(first: _Elsewhere, native: dict[int, dict], cache: Path | None,
                               method: str | None) -> dict[tuple[str, str], float] | None:
-    """Per metric, the most any seed of ``native`` moved when re-executed with another CPU kind's kernels (each seed in
-    one process of its own with :data:`bench.executors.OTHER_KERNELS`); None where this machine has no other kernels
-    to run (its CPU capability is torch's default)."""
+    """Per metric, the most any seed of ``native`` moved when re-executed with another CPU kind's kernels (one after
+    another, in one process of its own started with :data:`bench.executors.OTHER_KERNELS`); None where this machine has
+    no other kernels to run (its CPU capability is torch's default)."""
     if not other_kernels_differ():
         return None
     name = method if method is not None else first.method_source

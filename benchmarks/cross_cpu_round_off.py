@@ -128,7 +128,8 @@ def _judge(here: dict, method: str, task: str, metrics: set | None, claims: list
     from leaderboard.gate import block_sizes
 
     native = seed_values(here, method, task, metrics)
-    return judged(claims, native, _moved(here, method, task, metrics), block_sizes(task), get_task(task).kind)
+    gated = get_task(task)
+    return judged(claims, native, _moved(here, method, task, metrics), block_sizes(gated), gated.kind)
 
 
 def verify_refusals(elsewhere: dict, here: dict, tasks: list[str], reference_free: list[str]) -> list[dict]:
@@ -258,7 +259,7 @@ def gate_power(here: dict, tasks: list[str]) -> list[dict]:
         baseline = _restricted(here, lambda m, t, b, metric: (m, t) == (method, task))
         primary = [metric for metric in PRIMARY[get_task(task).kind] if metric in here["results"][method][task]["all"]]
         stats = here["results"][method][task]["all"][primary[0]]
-        allowance = gate.seed_allowance(stats, primary[0], gate.block_sizes(task)["all"])
+        allowance = gate.seed_allowance(stats, primary[0], gate.block_sizes(get_task(task))["all"])
         pairs = list(itertools.permutations(seeds[CI_SEEDS:], CI_SEEDS))
         caught = sum(not gate.compare(baseline, {method: {task: _measured(here, method, task, ci, GATE_SHIFT, pair)}},
                                       tolerance, statistical=True).passed for pair in pairs)

@@ -19,7 +19,7 @@ def command(args) -> int:
         from leaderboard.submission import run_folders
 
         folders = run_folders([p for p in args.paths if p.suffix != ".zip"])
-        check_planned_epochs(planned_epochs(folders), args.max_epochs,
+        check_planned_epochs(planned_epochs(folders, args.method), args.max_epochs,
                              f"verifying {len(folders)} run(s)")
     rows = []
     # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders.

@@ -16,7 +16,7 @@ def command(args) -> int:
     from leaderboard.submission import run_folders
 
     folders = run_folders(args.paths)
-    check_planned_epochs(planned_epochs(folders, damaged_count_nothing=True), args.max_epochs,
+    check_planned_epochs(planned_epochs(folders, args.method, damaged_count_nothing=True), args.max_epochs,
                          f"verifying {len(folders)} run(s)")
     counts = {"failures": 0, "refused": 0}
     # Each folder is its own verdict: a record refused (damaged, another task or reference, a budget its method's rule

@@ -215,7 +215,8 @@ def describe_baseline(baseline: dict) -> str:
     for method, by_task in baseline["results"].items():
         settings = configuration.get("settings", {}).get(method) or {}
         for task, blocks in by_task.items():
-            points, primary = block_sizes(task)[OVERALL_BLOCK], PRIMARY[get_task(task).kind]
+            gated = get_task(task)
+            points, primary = block_sizes(gated)[OVERALL_BLOCK], PRIMARY[gated.kind]
             for metric, stats in blocks[OVERALL_BLOCK].items():
                 allowance = seed_allowance(stats, metric, points)
                 rows.append({"method": method, "task": task, "budget": f"{configuration['budgets'][method]:g}",
