@@ -25,6 +25,9 @@ The benchmark scores the posterior at temperature 1, so it samples there.
 Step sizes are given per training example as in the authors' code: ``lr`` = alpha_0 N (their
 CIFAR runs: ``lr_0`` 0.5 with ``--batch-size`` 64, ``experiments/cifar_csghmc.py``).
 
+No Metropolis-Hastings test, in either form: every step is kept, so there is no acceptance to record, and the
+report holds none (the discretisation's error is left to the step size).
+
 Budget rule: ``chains`` chains (vectorised, each its own initialisation, data order and noise) of
 E = floor(B / chains) epochs; ``cycles`` 0 means one cycle per 50 epochs (the authors' CIFAR
 runs: 4 cycles of 50 epochs in 200, ``M = 4`` and ``--epochs`` 200 in ``experiments/cifar_csghmc.py``), at least one;

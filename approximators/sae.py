@@ -5,7 +5,8 @@ from a fresh initialisation and minimises the anchored loss (see :mod:`approxima
 for ``first_epochs`` E0 epochs. Member m > 1 of the chain moves the anchor by one guided-walk
 Metropolis-Hastings step on the prior (:mod:`approximators.guided_walk`, absolute step
 ``walk_step``), starts from member m-1's trained weights, and trains for ``sequential_epochs`` E_s
-epochs with its own Adam schedule (``seq_*``) and fresh optimiser state. Every member of every
+epochs with its own Adam schedule (``seq_*``) and fresh optimiser state. The report's ``walk_acceptance_rate`` is the
+walk's: the fraction of its coordinate proposals accepted, over every step of every chain. Every member of every
 chain enters the ensemble, and its predictive joins the running model average as soon as it is
 trained. The C chains train together in one vectorised pass.
 
@@ -146,25 +147,34 @@ class SequentialAnchoredEnsemble(Approximator):
         model = StackedModel(problem.model_factory())
         accumulator = PredictiveAccumulator(problem, chains * members, generator)
         groups = [list(range(chains))] if c.vectorise else [[k] for k in range(chains)]
+        accepted, proposed = 0, 0
         for group in groups:
-            self._run_chains(model, problem, data, [generators[k] for k in group], members, split, accumulator)
-        # What ran, resolved from the budget where the settings say 0 (the allocation rule's choice).
+            group_accepted, group_proposed = self._run_chains(model, problem, data, [generators[k] for k in group],
+                                                              members, split, accumulator)
+            accepted, proposed = accepted + group_accepted, proposed + group_proposed
+        # What ran, resolved from the budget where the settings say 0 (the allocation rule's choice), and the guided
+        # walk's Metropolis-Hastings acceptance over every coordinate of every step (None: no member moved it).
         self.report = {"chains": chains, "members_per_chain": members, "members": chains * members,
+                       "walk_acceptance_rate": accepted / proposed if proposed else None,
                        "epochs_unspent": epochs_unspent(data.meter)}
         self._predictive = accumulator.result()
 
-    def _run_chains(self, model, problem, data, generators, members, split, accumulator) -> None:
-        """Trains len(generators) chains together, adding each round of members to the average."""
+    def _run_chains(self, model, problem, data, generators, members, split, accumulator) -> tuple[int, int]:
+        """Trains len(generators) chains together, adding each round of members to the average; returns the guided
+        walk's accepted and proposed coordinate moves."""
         c, v = self.config, problem.prior_variance
         init_seeds = [next_seed(g) for g in generators]
         walk = guided_walk.init(generators, model.layout.size, v)
         params = initial_members(problem.model_factory, init_seeds)
+        accepted, proposed = 0, 0
         for member in range(members):
             if member:
-                walk, _ = guided_walk.step(walk, generators, c.walk_step, v)
+                walk, moved = guided_walk.step(walk, generators, c.walk_step, v)
+                accepted, proposed = accepted + int(moved.sum()), proposed + moved.numel()
             epochs, schedule = (c.first_epochs, schedule_of(c)) if member == 0 else \
                 (c.sequential_epochs, schedule_of(c, "seq_"))
             params = train_members(
                 model, params, data, problem.likelihood, v, epochs, schedule,
                 [next_seed(g) for g in generators], anchors=model.layout.unflatten(walk.anchor), split=split)
             accumulator.add(params)
+        return accepted, proposed

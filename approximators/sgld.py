@@ -22,6 +22,9 @@ surpassed, its abstract says; here burn-in is fixed by the budget, so the kept s
 afterwards one sample is kept at the end of every ``thin``-th epoch and streamed into the model average at once
 (the method keeps only the current state and the running average).
 
+No Metropolis-Hastings test: every step is kept, so there is no acceptance to record, and the report holds none
+(the discretisation's error is left to the step size).
+
 Per-task defaults: gamma = 0.55 (within the Robbins-Monro range (0.5, 1]; commonly cited as the paper's
 experiments' value, not checked against its text); ``lr`` and ``chains`` for the embedded tasks from
 ``python benchmarks/tune_trajectory.py sgld`` (a seeded grid search on the NLL of held-out training

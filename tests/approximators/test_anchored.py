@@ -143,8 +143,35 @@ def test_the_report_says_what_the_allocation_chose():
 
     sae = fit("toy-gap", "sae", 240)
     assert (sae.config.chains, sae.config.members_per_chain) == (0, 0)
+    rate = sae.report.pop("walk_acceptance_rate")
     assert sae.report == {"chains": 2, "members_per_chain": 5, "members": 10, "epochs_unspent": 0.0}
+    assert 0 < rate <= 1
     assert fit("toy-gap", "ae", 250).report == {"members": 2, "epochs_unspent": 50.0}
+
+
+@pytest.mark.parametrize("vectorise", [True, False])
+def test_sae_records_its_guided_walk_s_acceptance(monkeypatch, vectorise):
+    """The report's walk_acceptance_rate is the fraction of the walk's coordinate proposals accepted over every step
+    of every chain (counted here from the masks the walk returns), whether the chains run together or not; with one
+    member per chain the walk never steps and there is none."""
+    from bench.api import fit as api_fit
+
+    masks, step = [], guided_walk.step
+
+    def recording(*args, **kwargs):
+        state, accepted = step(*args, **kwargs)
+        masks.append(accepted)
+        return state, accepted
+
+    monkeypatch.setattr(sae.guided_walk, "step", recording)
+    settings = {"chains": 2, "members_per_chain": 3, "first_epochs": 2, "sequential_epochs": 1, "walk_step": 0.5,
+                "vectorise": vectorise}
+    report = api_fit("toy-gap", "sae", 8, settings=settings).report
+    expected = sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+    assert len(masks) == (2 if vectorise else 4) and 0 < expected < 1
+    assert report["walk_acceptance_rate"] == expected
+    one = api_fit("toy-gap", "sae", 8, settings={**settings, "members_per_chain": 1}).report
+    assert one["walk_acceptance_rate"] is None
 
 
 @pytest.mark.parametrize("method", ["ae", "sae"])
