@@ -5,32 +5,45 @@ embedded tasks' references (:mod:`bench.hmc`, Izmailov et al. 2021): ``chains`` 
 iteration a fresh momentum p ~ N(0, I), n leapfrog steps of the full-data log posterior log p(D | theta) +
 log N(theta; 0, v I) and a Metropolis test on the change of energy. The trajectory is either ``leapfrog_steps``
 = L steps long, n = ceil(L u), or, with ``leapfrog_steps`` = 0, as the references' of fixed length tau =
-``trajectory_length`` (0: (pi / 2) sqrt(v)), n = ceil(tau u / eps); u ~ U(1 - j, 1 + j) with j = ``jitter``. The step size of
-each chain starts where Hoffman & Gelman's (2014) Algorithm 4 puts it (from ``initial_step_size``, doubling or
-halving until one leapfrog step's acceptance ratio crosses 1/2) and is tuned by dual averaging towards
-``target_accept`` during burn-in, then frozen. After burn-in every iteration's state is a sample; the
-predictive is the model average over the samples of every chain (regression: 1000 draws of y spread
-evenly over them).
+``trajectory_length`` (0: (pi / 2) sqrt(v)), n = ceil(tau u / eps); u ~ U(1 - j, 1 + j) with j = ``jitter``.
+
+The step size of each chain starts where a search for its trajectory puts it
+(:func:`bench.hmc.find_reasonable_step_size`): Hoffman & Gelman's (2014) Algorithm 4, with one momentum r ~ N(0, I)
+per chain, from eps = ``initial_step_size``: a = 1 if the acceptance ratio exp(-Delta H) exceeds 1/2, else -1, and
+eps <- 2^a eps while ratio^a > 2^-a. Two differences from the paper: each ratio is that of a whole trajectory from
+the chain's start, L leapfrog steps (unjittered) or ceil(tau / eps), where the paper's is one leapfrog step's; and
+the chain ends on the accepting side of the crossing (doubling, at the last step size whose ratio exceeded 1/2, one
+halving before where the paper stops; halving, where it stops). With a trajectory of fixed length, whose steps at a
+tiny step size are many (tau / eps: 703 at 1e-3 on toy-gap), the search runs first with the paper's test of one
+leapfrog step, and the search of the trajectory starts from the step that found. Dual averaging (the paper's Algorithm 5) then tunes
+each chain's step size towards ``target_accept`` from the first iteration on, centred on the step found, mu =
+log(eps), where the paper has log(10 eps) (at ``target_accept`` 0.8 the paper's first update multiplies a step its
+trajectory accepted by 14 after an accepted proposal: too far for a budget of a few iterations), and it is frozen at
+its averaged value when burn-in ends. After burn-in every iteration's state is a sample; the predictive is the model
+average over the samples of every chain (regression: 1000 draws of y spread evenly over them).
 
 Budget rule: every full-batch gradient of one chain reads the whole training set through the meter and is
-charged one epoch (the initial gradient, each step of the step-size search and each leapfrog step; vectorised
+charged one epoch: the initial gradient, each leapfrog step of the step-size search's trajectories (L, or one,
+then ceil(tau / eps), per chain still searching and round) and each leapfrog step of an iteration; vectorised
 chains are charged for the steps computed for chains whose trajectory already ended, as the network computes
-them). Burn-in lasts while less than ``burn_in`` of the budget is spent; an iteration starts only if its
+them. Burn-in lasts while less than ``burn_in`` of the budget is spent; an iteration starts only if its
 longest possible trajectory fits in what is left, so the run ends with the unspent epochs reported. At most
 ``2 * max_samples`` samples are kept: when that many are held, every other one is dropped and from then on
 only every other iteration is kept (the kept samples stay evenly spaced). The step-size search may spend at
-most half of the budget. A budget with which some run could end before its first sample is refused when the run
+most half of what the initial gradients leave: it stops after 30 rounds (each search) or before a round that
+would spend more (a chain cut off while doubling keeps the last step size it tested, one cut off while halving
+the next halving). A budget with which some run could end before its first sample is refused when the run
 is planned (:meth:`BudgetedHMC.check_budget_rule`; with a trajectory of fixed length, whose steps depend on the
 step size found, only when the run ends without one).
 
 Deviations from the references' runs: a fixed number of leapfrog steps by default (a trajectory of the
 references' length takes 50 to 300 steps on the embedded tasks, so a budget of 100 epochs would not finish one),
-the step-size search of Algorithm 4 at the start (the references start every chain at 1e-3 and run 100
-burn-in iterations, far more than a budget of a few hundred epochs allows), and burn-in measured in epochs
-rather than iterations. ``vectorise`` and ``compiled`` choose how the trajectories
-are computed (:class:`bench.hmc.Integrator`): all chains at once or one by one, eagerly or as one compiled
-function per leapfrog step (about 20-30 s to compile, worth it only for long runs); they change round-off and
-speed, and, vectorised, what finished chains are charged.
+the step-size search for the trajectory at the start and dual averaging centred on its result (the references
+start every chain at 1e-3, with mu = log(1e-2), and run 100 burn-in iterations, far more than a budget of a few
+hundred epochs allows), and burn-in measured in epochs rather than iterations. ``vectorise`` and ``compiled``
+choose how the trajectories are computed (:class:`bench.hmc.Integrator`): all chains at once or one by one,
+eagerly or as one compiled function per leapfrog step (about 20-30 s to compile, worth it only for long runs); they
+change round-off and speed, and, vectorised, what finished chains are charged.
 """
 
 from __future__ import annotations
@@ -52,7 +65,8 @@ from bench import hmc
 MAX_LEAPFROG_STEPS = 10_000
 """The references' cap on one trajectory's steps (``reference.settings.HMCSettings``)."""
 SEARCH_ROUNDS = 30
-"""At most this many rounds (doublings or halvings) of the initial step-size search."""
+"""At most this many rounds (doublings or halvings) of a step-size search (with a trajectory of fixed length, of each
+of its two: one leapfrog step, then the trajectory)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,8 @@ class HMCConfig:
         "trajectory_length": "[0, inf)",
         "jitter": "[0, 1)",
         # the step-size search halves or doubles at most SEARCH_ROUNDS = 30 times (a factor 2^30, about 1e9): from
-        # anywhere in this interval it can reach the steps that work on the embedded tasks (1e-4 to 1e-1)
+        # anywhere in this interval it can reach the steps that work on the embedded tasks (1e-4 to 1e-1), where the
+        # budget pays for the rounds (L gradients per chain each, with leapfrog_steps L)
         "initial_step_size": "[1e-10, 1e5]",
         "target_accept": "(0, 1)",
         "max_samples": "[1, inf)",
@@ -176,9 +191,16 @@ class BudgetedHMC(Approximator):
         fixed_length = c.trajectory_length or hmc.default_trajectory_length(problem.prior_variance)
         start = initial.clone()
         state = hmc.init(initial, target, c.initial_step_size, adapt=True)
-        rounds = min(SEARCH_ROUNDS, self._gradients_left(meter) // (2 * c.chains))
-        if rounds:
-            state = hmc.find_reasonable_step_size(state, target, generators, integrator, max_doublings=rounds)
+        allowance = self._gradients_left(meter) // 2
+        if not c.leapfrog_steps:  # one-step rounds first: a trajectory of length tau at a tiny step is tau / eps steps
+            left = self._gradients_left(meter)
+            state = hmc.find_reasonable_step_size(state, target, generators, integrator, max_doublings=SEARCH_ROUNDS,
+                                                  max_gradients=allowance)
+            allowance -= left - self._gradients_left(meter)
+        state = hmc.find_reasonable_step_size(  # dual averaging restarts there, centred on the step found
+            state, target, generators, integrator, max_doublings=SEARCH_ROUNDS, n_leapfrog=c.leapfrog_steps,
+            trajectory_length=None if c.leapfrog_steps else fixed_length, max_leapfrog_steps=MAX_LEAPFROG_STEPS,
+            max_gradients=allowance, adaptation_centre=1.0)
         kept = EvenlyKept(c.max_samples)
         iterations, burn_in_iterations, accepted = 0, 0, 0.0
         while True:

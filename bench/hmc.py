@@ -102,8 +102,9 @@ class DualAveraging:
     kappa: float = 0.75
 
     @classmethod
-    def start(cls, step_size: torch.Tensor) -> "DualAveraging":
-        return cls(mu=torch.log(10 * step_size), h_bar=torch.zeros_like(step_size),
+    def start(cls, step_size: torch.Tensor, centre: float = 10.0) -> "DualAveraging":
+        """Adaptation from ``step_size``, its steps shrunk towards mu = log(``centre`` * step_size) (the paper's 10)."""
+        return cls(mu=torch.log(centre * step_size), h_bar=torch.zeros_like(step_size),
                    log_step_bar=torch.zeros_like(step_size))
 
     def update(self, accept_prob: torch.Tensor, target_accept: float) -> tuple["DualAveraging", torch.Tensor]:
@@ -340,32 +341,69 @@ def step(
 
 
 def find_reasonable_step_size(state: HMCState, target: Target, generators: list[torch.Generator],
-                              integrator: Integrator | None = None, max_doublings: int = 30) -> HMCState:
-    """Hoffman & Gelman (2014), Algorithm 4, per chain: from each chain's step size, one leapfrog step with a
-    fresh momentum, doubling the step while the acceptance ratio exp(-Delta H) of that step exceeds 1/2 or
-    halving it while it is below, until it crosses 1/2. Returns the state with those step sizes (and dual
-    averaging, if on, restarted from them, as the paper's Algorithm 5 does after Algorithm 4). Each round costs
-    one gradient per chain (all chains when vectorised); a chain stops moving once it crossed, and every chain
-    stops after ``max_doublings`` rounds."""
+                              integrator: Integrator | None = None, max_doublings: int = 30, n_leapfrog: int = 1,
+                              trajectory_length: float | None = None, max_leapfrog_steps: int = 10_000,
+                              max_gradients: int | None = None, adaptation_centre: float = 1.0) -> HMCState:
+    """Hoffman & Gelman's (2014) Algorithm 4 per chain, its acceptance test on the whole trajectory the sampler runs.
+
+    Each chain draws one momentum r ~ N(0, I) (the paper's r^0) and tests its step size eps by the acceptance ratio
+    exp(-Delta H) at the end of a trajectory from its position with that momentum: ``n_leapfrog`` leapfrog steps, or,
+    with ``trajectory_length`` tau, ceil(tau / eps) steps (at most ``max_leapfrog_steps``). a = 1 if the first
+    ratio exceeds 1/2, else -1; then eps <- 2^a eps while ratio^a > 2^-a, as in the paper. The paper tests one
+    leapfrog step (``n_leapfrog`` = 1 here) and ends at the first step size past the crossing; here a chain ends
+    on the accepting side of the crossing: doubling, at the last step size whose ratio exceeded 1/2 (one halving
+    back from the paper's); halving, at the first whose ratio reached 1/2 (the paper's). So, unless cut off, a
+    chain's trajectory ratio exceeds 1/2 at the step size found and does not at twice it.
+
+    A round computes the trajectories of the chains still searching (chains that crossed are not computed again)
+    and costs :meth:`Integrator.gradient_evaluations` of their steps. The search stops after ``max_doublings``
+    rounds, or before a round that would take the gradients it computed past ``max_gradients``: a chain cut off
+    while doubling keeps the last step size it tested (its ratio exceeded 1/2), one cut off while halving takes the
+    next halving (the one it tested was too large), one never tested keeps its own.
+
+    Returns the state with those step sizes and dual averaging, if on, restarted from them (the paper's Algorithm 5
+    after Algorithm 4) with mu = log(``adaptation_centre`` * eps). The paper's centre is 10, a preference for larger
+    steps, which cost NUTS fewer leapfrog steps; from a step size whose whole trajectory was tested it sends the
+    first adapted steps to ones that trajectory rejects (at target acceptance 0.8 the first update multiplies the
+    step by 14 after an accepted proposal and by 2.3 after a rejected one), so the default here is 1 (x 1.4 and
+    / 4.3)."""
     integrator = integrator or Integrator(target)
+    n_chains = state.position.shape[0]
     momentum = _per_chain_normal(generators, (state.position.shape[1],), state.position)
     step_size = state.step_size.clone()
-    one = torch.ones(len(generators), dtype=torch.long)
-    direction = None
-    searching = torch.ones(len(generators), dtype=torch.bool)
+    direction = torch.zeros(n_chains, dtype=torch.float64)  # 0 until a chain's first test
+    searching = torch.ones(n_chains, dtype=torch.bool)
+    spent = 0
     for _ in range(max_doublings):
-        _, new_momentum, log_lik, log_prior, _ = integrator(state.position, momentum, state.grad, step_size, one)
-        log_ratio = ((log_lik - state.log_likelihood) + (log_prior - state.log_prior)
-                     - 0.5 * (new_momentum.double().square().sum(-1) - momentum.double().square().sum(-1))).cpu()
+        chains = searching.nonzero().squeeze(-1)
+        if trajectory_length is None:
+            n_steps = torch.full((len(chains),), n_leapfrog, dtype=torch.long)
+        else:
+            n_steps = leapfrog_steps(trajectory_length, step_size[chains], max_leapfrog_steps)
+        cost = integrator.gradient_evaluations(n_steps)
+        if max_gradients is not None and spent + cost > max_gradients:
+            break
+        spent += cost
+        index = chains.to(state.position.device)
+        _, new_momentum, log_lik, log_prior, _ = integrator(
+            state.position[index], momentum[index], state.grad[index], step_size[chains], n_steps)
+        log_ratio = ((log_lik - state.log_likelihood[index]) + (log_prior - state.log_prior[index])
+                     - 0.5 * (new_momentum.double().square().sum(-1) - momentum[index].double().square().sum(-1))).cpu()
         log_ratio = torch.nan_to_num(log_ratio, nan=-math.inf)
-        above = log_ratio > math.log(0.5)
-        if direction is None:
-            direction = torch.where(above, 1.0, -1.0).double()
-        searching &= (direction * log_ratio > -direction * math.log(2.0))
+        first = direction[chains] == 0
+        direction[chains] = torch.where(first, torch.where(log_ratio > math.log(0.5), 1.0, -1.0), direction[chains])
+        a = direction[chains]
+        crossed = ~(a * log_ratio > -a * math.log(2.0))
+        # crossed while doubling: back to the last step size whose ratio exceeded 1/2; halving: stay
+        step_size[chains] = torch.where(crossed, torch.where(a > 0, step_size[chains] / 2.0, step_size[chains]),
+                                        step_size[chains] * 2.0 ** a)
+        searching[chains] = ~crossed
         if not bool(searching.any()):
             break
-        step_size = torch.where(searching, step_size * 2.0 ** direction, step_size)
-    adaptation = DualAveraging.start(step_size) if state.adaptation is not None else None
+    # cut off while doubling: the step size last tested, not the untested doubling
+    cut = searching & (direction > 0)
+    step_size = torch.where(cut, step_size / 2.0, step_size)
+    adaptation = DualAveraging.start(step_size, adaptation_centre) if state.adaptation is not None else None
     return replace(state, step_size=step_size, adaptation=adaptation)
 
 

@@ -7,9 +7,12 @@ import math
 import pytest
 import torch
 
+from approximators import get_method, resolve_config
 from approximators.hmc import BudgetedHMC, EvenlyKept, unmoved_chains
-from bench.errors import SamplerStuck
+from bench.errors import BudgetExhausted, SamplerStuck
 from bench.honesty import probe
+from bench.runner import metered
+from bench.tasks import get_task
 from bench import hmc as sampler
 
 
@@ -85,8 +88,9 @@ def test_chains_that_never_left_their_start_are_named_and_a_run_where_none_did_i
 
 
 def test_a_run_whose_chain_never_moved_is_refused_in_one_line_and_writes_nothing(run_cli, tmp_path):
-    """From the largest initial step allowed at the smallest budget, the step-size search spends half the budget and
-    every proposal after it is rejected: the predictive would be the untrained network's."""
+    """From the largest initial step allowed at the smallest budget, the step-size search spends what it may (two
+    trajectories of 10 steps, halving from 1e5) and every proposal after it is rejected: the predictive would be the
+    untrained network's."""
     code, _, err = run_cli("--method", "hmc", "--task", "toy-gap", "--budget", "48", "--set", "initial_step_size=1e5",
                            "--out", tmp_path, "--quiet")
     assert code == 2 and err.count("\n") == 1 and "no chain left its start" in err, err
@@ -94,10 +98,45 @@ def test_a_run_whose_chain_never_moved_is_refused_in_one_line_and_writes_nothing
 
 
 def test_a_chain_that_stood_still_after_burn_in_is_said_beside_the_table_and_kept_in_the_record(run_cli, tmp_path):
-    """digits at budget 100, seed 0 (as the shipped store has it): 5 burn-in iterations, then 3 rejected proposals."""
-    code, _, err = run_cli("--method", "hmc", "--task", "digits", "--budget", "100", "--out", tmp_path, "--quiet")
+    """toy-gap at budget 100, seed 0, adapted towards an acceptance of 1%: dual averaging grows the step size while
+    proposals are accepted, and after burn-in the chain's 5 proposals are rejected."""
+    code, _, err = run_cli("--method", "hmc", "--task", "toy-gap", "--budget", "100", "--set", "target_accept=0.01",
+                           "--out", tmp_path, "--quiet")
     assert code == 0, err
-    assert err.startswith("note: digits hmc budget 100 seed 0: no proposal was accepted after burn-in: the 3 "), err
+    assert err.startswith("note: toy-gap hmc budget 100 seed 0: no proposal was accepted after burn-in: the 5 "), err
     (folder,) = [path.parent for path in tmp_path.rglob("result.json")]
     report = json.loads((folder / "result.json").read_text())["method_report"]
     assert report["acceptance_rate"] == 0.0 and report["warnings"] == [err.split(": ", 2)[2].strip()]
+
+
+def test_the_defaults_move_at_budget_50(run_cli, tmp_path):
+    """toy-gap at budget 50, which the plan accepts (at least 48): the step-size search tests whole trajectories, so the
+    iterations after it accept proposals (a search of one leapfrog step left a step size 10 steps rejected: every
+    proposal was, and the run was refused as stuck)."""
+    code, _, err = run_cli("--method", "hmc", "--task", "toy-gap", "--budget", "50", "--out", tmp_path, "--quiet")
+    assert code == 0 and not err, err
+    (record,) = [json.loads(path.read_text()) for path in tmp_path.rglob("result.json")]
+    report = record["method_report"]
+    assert report["samples_kept"] >= 1 and report["acceptance_rate"] > 0 and "warnings" not in report, report
+
+
+@pytest.mark.parametrize("task", ["toy-gap", "diabetes-gap", "digits"])
+@pytest.mark.parametrize("overrides", [{}, {"chains": "2", "leapfrog_steps": "4"}])
+def test_the_least_budget_the_plan_accepts_moves(task, overrides):
+    """At the smallest budget :meth:`BudgetedHMC.check_budget_rule` accepts, every chain moves and proposals after
+    burn-in are accepted (the defaults, and the competition_cost benchmark's short run)."""
+    cls = get_method("hmc")
+    config = resolve_config(cls, task, overrides)
+    least = next(budget for budget in range(1, 1000) if _accepted(cls(config), budget))
+    problem, data = metered(get_task(task), least)
+    fitted = cls(config)
+    fitted.fit(problem, data, torch.Generator().manual_seed(0))
+    assert fitted.report["acceptance_rate"] > 0 and "warnings" not in fitted.report, (least, fitted.report)
+
+
+def _accepted(approximator, budget) -> bool:
+    try:
+        approximator.check_budget_rule(budget)
+    except BudgetExhausted:
+        return False
+    return True

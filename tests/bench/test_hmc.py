@@ -254,27 +254,80 @@ def test_jittered_chains_sample_the_closed_form_posterior():
     assert_moments_match(torch.stack(draws, dim=1).numpy(), mean.numpy(), cov.numpy())
 
 
-def test_step_size_search_stops_where_one_steps_acceptance_crosses_one_half():
-    """Hoffman & Gelman's Algorithm 4: from far too small or far too large, every chain ends at a step size whose
-    one-step acceptance ratio is on the other side of 1/2 than the step size half as large (or twice)."""
+def log_ratio_at_end(target, state, momentum, step_size, n_steps):
+    """log exp(-Delta H) at the end of ``n_steps`` ``(C,)`` leapfrog steps of ``step_size`` ``(C,)`` from ``state``."""
+    _, new_momentum, log_lik, log_prior, _ = hmc.leapfrog(state.position, momentum, state.grad, step_size, n_steps,
+                                                           target)
+    return (log_lik - state.log_likelihood) + (log_prior - state.log_prior) \
+        - 0.5 * (new_momentum.square().sum(-1) - momentum.square().sum(-1))
+
+
+def first_momenta(chains, dim):
+    """The momentum the search draws first from each chain's generator (seeded with the chain's index)."""
+    return torch.stack([torch.randn(dim, generator=torch.Generator().manual_seed(c)) for c in range(chains)])
+
+
+def test_step_size_search_of_one_step_ends_on_the_accepting_side_of_one_half():
+    """Hoffman & Gelman's Algorithm 4 with its one leapfrog step: from far too small or far too large, every chain
+    ends at a step size whose one-step acceptance ratio exceeds 1/2 while twice it does not (doubling, one halving
+    back from where the paper's loop stops; halving, where it stops)."""
     target, _, _ = linear_regression()
+    one = torch.ones(3, dtype=torch.long)
     for initial in (1e-6, 10.0):
         generators = [torch.Generator().manual_seed(c) for c in range(3)]
         state = hmc.init(torch.zeros(3, 3) + 0.5, target, initial)
-        momentum = torch.stack([torch.randn(3, generator=torch.Generator().manual_seed(c)) for c in range(3)])
+        momentum = first_momenta(3, 3)
         found = hmc.find_reasonable_step_size(state, target, generators).step_size
-
-        def log_ratio(step_size):
-            _, new_momentum, log_lik, log_prior, _ = hmc.leapfrog(
-                state.position, momentum, state.grad, step_size, torch.ones(3, dtype=torch.long), target)
-            return (log_lik - state.log_likelihood) + (log_prior - state.log_prior) \
-                - 0.5 * (new_momentum.square().sum(-1) - momentum.square().sum(-1))
-
-        direction = 1.0 if initial < 1 else -1.0
-        previous = found / 2.0 ** direction
-        assert (direction * log_ratio(previous) > -direction * math.log(2)).all()
-        assert (direction * log_ratio(found) <= -direction * math.log(2)).all()
+        assert (log_ratio_at_end(target, state, momentum, found, one) >= -math.log(2)).all()
+        assert (log_ratio_at_end(target, state, momentum, 2 * found, one) <= -math.log(2)).all()
         assert (found != initial).all()
+
+
+@pytest.mark.parametrize("trajectory", [dict(n_leapfrog=6), dict(trajectory_length=1.5)])
+def test_step_size_search_tests_the_whole_trajectory(trajectory):
+    """On N(0, I) in 1000 dimensions from its mode, one leapfrog step of size h changes the energy by about
+    1000 h^4 / 8 and a trajectory of L steps by about 1000 h^2 sin^2(L h) / 8: a step size one step accepts
+    (h = 0.256, ratio about 0.58) is rejected by a trajectory of a quarter period (L = 6, or length 1.5; ratio about
+    1e-4). The search ends where the trajectory's ratio crosses 1/2, at 0.064 (ratio about 0.6 to 0.9; at 0.128
+    about 0.1 to 0.4), not where one step's does."""
+    dim, chains = 1000, 3
+    target = hmc.Target(None, 1.0)
+    state = hmc.init(torch.zeros(chains, dim), target, 1e-3)
+    momentum = first_momenta(chains, dim)
+
+    def steps(step_size):
+        if "n_leapfrog" in trajectory:
+            return torch.full((chains,), trajectory["n_leapfrog"])
+        return hmc.leapfrog_steps(trajectory["trajectory_length"], step_size, 10_000)
+
+    def search(**options):
+        return hmc.find_reasonable_step_size(state, target, [torch.Generator().manual_seed(c) for c in range(chains)],
+                                             **options).step_size
+
+    one_step = search()
+    assert (log_ratio_at_end(target, state, momentum, one_step, torch.ones(chains, dtype=torch.long))
+            > -math.log(2)).all()
+    assert (log_ratio_at_end(target, state, momentum, one_step, steps(one_step)) < -math.log(2)).all()
+    found = search(**trajectory)
+    assert (log_ratio_at_end(target, state, momentum, found, steps(found)) > -math.log(2)).all()
+    assert (log_ratio_at_end(target, state, momentum, 2 * found, steps(2 * found)) <= -math.log(2)).all()
+    assert (found < one_step).all()
+
+
+@pytest.mark.parametrize("vectorise", [True, False])
+def test_step_size_search_computes_no_gradient_past_its_allowance(vectorise):
+    """Rounds of 4 chains x 6 steps: an allowance of 50 gradients pays for two (from 1e-3, doubling: 1e-3 and 2e-3
+    tested); a chain cut off while doubling keeps the last step size it tested."""
+    evaluated = []
+    target = hmc.Target(lambda theta: -0.5 * theta.square().sum(-1), 1.0,
+                        data=lambda chains: evaluated.append(chains) or ())
+    state = hmc.init(torch.zeros(4, 1000), target, 1e-3)
+    evaluated.clear()
+    found = hmc.find_reasonable_step_size(state, target, [torch.Generator().manual_seed(c) for c in range(4)],
+                                          hmc.Integrator(target, vectorise=vectorise), n_leapfrog=6,
+                                          max_gradients=50)
+    assert sum(evaluated) == 48
+    assert torch.equal(found.step_size, torch.full((4,), 2e-3))
 
 
 def test_freezing_before_any_adaptation_keeps_the_step_size():
