@@ -108,6 +108,7 @@ MEASURED_TABLES = {
     "cross-cpu-verify-power": ("cross-cpu", "verify-power", ".2f"),
     "cross-cpu-gate-false-alarms": ("cross-cpu", "gate-false-alarms", ".0f"),
     "cross-cpu-gate-power": ("cross-cpu", "gate-power", ".2f"),
+    "floor-calibration": ("floor-calibration", "within-floor", ".3f"),
 }
 """Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written:
 one format for all, or one per column)."""

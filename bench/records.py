@@ -194,6 +194,15 @@ OPTIONAL_FIELD_TYPES: dict[str, tuple[type, ...]] = {"environment": (dict,), "re
 (label, method_source, finished_at, architecture_change) are checked as text of their own length."""
 
 
+MAX_WARNING_CHARS = 2000
+"""The longest warning of its own run a method's record may carry (the board shows each)."""
+
+
+def method_warnings(result: dict) -> tuple[str, ...]:
+    """What the method warned of its own run (a checked record's ``method_report["warnings"]``), in its order."""
+    return tuple((result.get("method_report") or {}).get("warnings") or ())
+
+
 def printable(value, limit: int) -> bool:
     """Whether ``value`` is 1 to ``limit`` printable characters: no control character or terminal escape."""
     return isinstance(value, str) and 0 < len(value) <= limit and value.isprintable()
@@ -316,6 +325,13 @@ def check_record(result: dict, path: Path) -> None:
                and all(printable(name, MAX_NAME_CHARS) and (value is None or finite_number(value))
                        for name, value in values.items()) for block, values in floor.items()):
         raise DamagedFile(f"{path}: noise_floor must map blocks to metric names to finite numbers or null")
+    report = result.get("method_report")
+    if report is not None and not isinstance(report, dict):
+        raise DamagedFile(f"{path}: method_report must be null or a table")
+    warned = (report or {}).get("warnings")
+    if warned is not None and not (isinstance(warned, list) and all(printable(w, MAX_WARNING_CHARS) for w in warned)):
+        raise DamagedFile(f"{path}: method_report.warnings must be a list of 1 to {MAX_WARNING_CHARS} printable "
+                          "characters each")
     digest = result.get("predictions_sha256")
     if digest is not None and not (isinstance(digest, str) and SHA256_HEX.fullmatch(digest)):
         raise DamagedFile(f"{path}: predictions_sha256 must be null or 64 lowercase hexadecimal digits")

@@ -17,7 +17,10 @@ its estimate, d(halves) / sqrt 2: :mod:`reference.evidence`), and what they pred
 sqrt((floor_ours^2 + floor_NUTS^2) / 2): each floor is sqrt 2 times its estimate's noise, and the noises of
 independent estimates add in square. For regression the NUTS predictive is 20,000 draws of y per test point (its
 floor from halves of 10,000 each), so its own draws of y add almost nothing. The ratio of the distance to that
-expectation is the verdict: about 1 where both sample one posterior.
+expectation describes the agreement (about 1 where both sample one posterior); the verdict is a test:
+:func:`reference.crosscheck.permutation_test` of the two samplers' chains at the evidence's stated test points, whose
+p-value, decision at level 5%, threshold and the smallest posterior-width error it detects with 80% power the results
+file keeps under ``test``.
 
 Nothing a chain computes is lost between sittings or left out of the repository. Each chain keeps, as it samples,
 the same per-draw quantities as a reference's evidence (:class:`ChainSummary`: the predictive at the evidence's
@@ -294,7 +297,7 @@ def verdict(task, reference, chains: list[dict], seed: int) -> dict:
     (each floor is sqrt 2 times the noise of its sampler's estimate, and the noises of independent estimates add in
     square); the ratio of the distance to that, and NUTS's own diagnostics."""
     from bench import metrics
-    from reference import diagnostics, evidence
+    from reference import crosscheck, diagnostics, evidence
     from reference.generate import predictive_samples
 
     n_chains = len(chains)
@@ -324,7 +327,13 @@ def verdict(task, reference, chains: list[dict], seed: int) -> dict:
     quantities = np.concatenate([np.stack([c["arrays"]["point_draws"] for c in chains]).reshape(
         n_chains, len(chains[0]["arrays"]["traces"]), -1).astype(np.float64),
         np.stack([c["arrays"]["traces"] for c in chains])], axis=2)
+    from reference.store import PACKAGE_DATA, evidence_path
+
+    ours = evidence.load(evidence_path(PACKAGE_DATA, task.name), "a clone of the repository holds it")
+    decision = crosscheck.permutation_test(ours.point_draws, np.stack([c["arrays"]["point_draws"] for c in chains]),
+                                           task.kind)
     return {"task": task.name, "reference_sha256": reference.sha256, "distance": distance, "blocks": rows,
+            "test": decision,
             "nuts_max_split_rhat": float(diagnostics.split_rhat(quantities).max()),
             "nuts_min_bulk_ess": float(diagnostics.bulk_ess(quantities).min()),
             "nuts_min_tail_ess": float(diagnostics.tail_ess(quantities).min()),
@@ -444,6 +453,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, row in result["blocks"].items():
         print(f"{name:<16}{row['nuts_vs_reference'][distance]:>14.4f}{row['reference_noise_floor'][distance]:>12.4f}"
               f"{row['nuts_noise_floor'][distance]:>12.4f}{row['expected_if_equal']:>12.4f}{row['ratio']:>8.2f}")
+    test = result["test"]
+    print(f"permutation test of the chains at the stated points: p = {test['p_value']:.3g}, {test['decision']} at "
+          f"level {test['level']:g}; a posterior-width error it detects with 80% power: "
+          + (f"{test['detectable_width_error']:.0%}" if test["detectable_width_error"] is not None else "none up to 50%"))
     print(f"NUTS: worst split R-hat {result['nuts_max_split_rhat']:.3f}, "
           f"{sum(c['seconds'] for c in chains):.0f} s of sampling over {args.chains} chains")
     atomic_write_bytes(out, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())

@@ -120,13 +120,13 @@ def rows(tasks: list[str] | None = None, budgets: list[float] | None = None,
             stale.append(f"{folder}: left out, made for another version of {task.name} or its reference than this "
                          "installation's")
         else:
-            found.append(_row(result, folder, task.kind, reference.noise_floor))
+            found.append(_row(result, folder, task.kind, reference.noise_floor, reference.noise_floor_spread))
     return found, stale
 
 
-def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None) -> RunRow:
-    """A shipped record as a leaderboard row, with the noise floor its reference publishes now (the record's copy is
-    the floor when it was made)."""
+def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None, spread: dict | None) -> RunRow:
+    """A shipped record as a leaderboard row, with the noise floor and its spread its reference publishes now (the
+    record's copy is the floor when it was made)."""
     from leaderboard.submission import complete_config, config_hash
 
     digest = result["predictions_sha256"]
@@ -142,7 +142,8 @@ def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None) -> Run
         reliability=None, submitter=SUBMITTER, notes=NOTE, finished_at=result.get("finished_at"),
         submitted_at=result.get("finished_at") or "", metrics={OVERALL_BLOCK: result["metrics"],
                                                                **result["metrics_by_block"]},
-        architecture_change=result.get("architecture_change"), label=LABEL)
+        architecture_change=result.get("architecture_change"), label=LABEL, noise_floor_spread=spread,
+        warnings=records.method_warnings(result))
 
 
 def readme_table(shipped: list[RunRow]) -> str:

@@ -104,6 +104,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN verification TEXT
     """,
+    # 5 -> 6: how far an exact run may score from the reference's noise floor (reference.evidence.floor_spread), and
+    # what the method warned of its own run (its record's method_report warnings).
+    """
+    ALTER TABLE runs ADD COLUMN noise_floor_spread_json TEXT;
+    ALTER TABLE runs ADD COLUMN warnings_json TEXT
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -161,6 +167,10 @@ class RunRow:
     """How the method changed the task's network, so that it approximates another posterior (None: unchanged)."""
     label: str | None = None
     """The submitter's name for the configuration, shown instead of its hash (None: no label)."""
+    noise_floor_spread: dict | None = None
+    """How far an exact run may score from each of ``noise_floor`` (the reference's metadata), as it is keyed."""
+    warnings: tuple[str, ...] = ()
+    """What the method warned of its own run (its record's ``method_report["warnings"]``: a target not reached)."""
 
     @property
     def key(self) -> tuple:
@@ -300,14 +310,15 @@ class Store:
                     "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
                     "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
                     "submitter, notes, finished_at, submitted_at, verified, architecture_change, label, "
-                    "verification) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                    "?, ?)",
+                    "verification, noise_floor_spread_json, warnings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
                      row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
                      row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
                      _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
                      row.notes, row.finished_at, row.submitted_at, int(row.verified),
-                     row.architecture_change, row.label, row.verification if row.verified else None)).lastrowid
+                     row.architecture_change, row.label, row.verification if row.verified else None,
+                     _json(row.noise_floor_spread), _json(list(row.warnings)) if row.warnings else None)).lastrowid
                 db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
                                [(run_id, block, name, value) for block, values in row.metrics.items()
                                 for name, value in values.items()])
@@ -597,4 +608,6 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         verified=bool(record["verified"]) if "verified" in record.keys() else False,
         architecture_change=record["architecture_change"] if "architecture_change" in record.keys() else None,
         label=record["label"] if "label" in record.keys() else None,
-        verification=record["verification"] if "verification" in record.keys() else None)
+        verification=record["verification"] if "verification" in record.keys() else None,
+        noise_floor_spread=loaded("noise_floor_spread_json") if "noise_floor_spread_json" in record.keys() else None,
+        warnings=tuple(loaded("warnings_json") or ()) if "warnings_json" in record.keys() else ())

@@ -486,9 +486,11 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         epochs_used=float(result["epochs_used"]), test_passes=float(result["test_passes"]),
         wall_seconds=float(result["wall_seconds"]), device=result["device"], versions=result["versions"],
         noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
+        noise_floor_spread=reference.metadata.get("noise_floor_spread"),
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
         submitted_at=_now(), metrics=run.scored, verified=False, verification=None,
-        architecture_change=result.get("architecture_change"), label=result.get("label"))
+        architecture_change=result.get("architecture_change"), label=result.get("label"),
+        warnings=records.method_warnings(result))
 
 
 def _safe_member_name(name: str, archive: Path) -> str:
@@ -562,6 +564,7 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
                 predictions_sha256=records.predictions_sha256(predictions), epochs_used=None,
                 test_passes=None, wall_seconds=None, device=None, versions={},
                 noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
+                noise_floor_spread=reference.metadata.get("noise_floor_spread"),
                 submitter=submitter, notes=notes, finished_at=None, submitted_at=_now(),
                 metrics=scored(task, reference, predictions), label=label))
     return rows
@@ -588,12 +591,12 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 
 def with_current_floors(rows: list[RunRow]) -> list[RunRow]:
-    """``rows`` with the noise floor of the reference installed here wherever they were scored against it (the floor a
-    row stored is the one its reference published when it was submitted; a reference's floor can be recomputed to a
-    better definition while its predictive, and so every score, stays the same)."""
+    """``rows`` with the noise floor, and its spread, of the reference installed here wherever they were scored
+    against it (the floor a row stored is the one its reference published when it was submitted; a reference's floor
+    can be recomputed to a better definition while its predictive, and so every score, stays the same)."""
     from bench.tasks import EMBEDDED
 
-    floors: dict[tuple[str, str], dict | None] = {}
+    floors: dict[tuple[str, str], tuple[dict | None, dict | None]] = {}
     refreshed = []
     for row in rows:
         key = (row.task, row.reference_sha256)
@@ -602,7 +605,9 @@ def with_current_floors(rows: list[RunRow]) -> list[RunRow]:
                 reference = load_reference(get_task(row.task)) if row.task in EMBEDDED else None
             except BenchError:  # a reference that is not this installation's (stale): the row keeps its own
                 reference = None
-            floors[key] = reference.noise_floor if reference is not None and reference.sha256 == row.reference_sha256 \
-                else row.noise_floor
-        refreshed.append(dataclasses.replace(row, noise_floor=floors[key]))
+            floors[key] = (reference.noise_floor, reference.noise_floor_spread) \
+                if reference is not None and reference.sha256 == row.reference_sha256 \
+                else (row.noise_floor, row.noise_floor_spread)
+        floor, spread = floors[key]
+        refreshed.append(dataclasses.replace(row, noise_floor=floor, noise_floor_spread=spread))
     return refreshed

@@ -26,6 +26,12 @@ class Reference:
     def noise_floor(self) -> dict:
         return self.metadata["noise_floor"]
 
+    @property
+    def noise_floor_spread(self) -> dict | None:
+        """How far an exact run may score from each floor (:func:`reference.evidence.floor_spread`); None where the
+        reference publishes none (official references, or metadata written before it was)."""
+        return self.metadata.get("noise_floor_spread")
+
 
 def checked_entry(entry, fields: tuple[str, ...], where: str, advice: str) -> dict:
     """``entry`` (a registry's or a manifest's record) if it is a dict holding every field of ``fields`` as text,

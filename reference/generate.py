@@ -8,7 +8,7 @@
   sample, the 1000 selected samples spread evenly over chains and iterations.
 
 Beside it, the evidence (:mod:`reference.evidence`): per chain and kept draw, the predictive at stated test points
-and the log posterior and test log-likelihood; each chain's predictive average; every iteration's acceptance
+(and, at lower precision, at every test point) and the log posterior and test log-likelihood; each chain's predictive average; every iteration's acceptance
 probability. The metadata's diagnostics (rank-normalised split R-hat, bulk and tail ESS, Vehtari et al. 2021), its
 acceptance figures and its noise floor (the distance an independent, exact run of the reference's sampler is
 expected to score against it) are computed from the evidence alone, so ``reference diagnose`` recomputes them. One
@@ -459,7 +459,7 @@ def _assemble(task: Task, settings: HMCSettings, runs: list[ChainGroupRun], devi
         accept_prob=torch.cat([burnin_accept, accept]).T.numpy().astype(np.float64),
         leapfrog_steps=leapfrog_counts.T.numpy().astype(np.int32),
         step_size=torch.cat([run.step_sizes for run in runs]).numpy().astype(np.float64),
-        chain_average=chain_average)
+        chain_average=chain_average, every_point_draws=evidence.every_point_quantities(task, draws, array))
     tau = settings.trajectory_length or hmc.default_trajectory_length(task.prior_variance)
     evidence_bytes = kept.to_bytes()
     every_quantity = float(diagnostics.split_rhat(draws).max())

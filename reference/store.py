@@ -179,7 +179,7 @@ def diagnose(task: Task, folder: Path | None = None) -> Diagnosis:
                                 f"({why}); {regenerate}")
     summary = evidence.summarise(task, array, kept)
     return Diagnosis(task.name, summary, evidence.differences(metadata, summary),
-                     evidence.gold_standard(task, summary))
+                     evidence.gold_standard(task, summary, evidence.generation_rhat(metadata)))
 
 
 def restate(task: Task, folder: Path | None = None) -> list[str]:

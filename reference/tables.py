@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from bench.tasks import get_task
-from reference.evidence import gold_standard
+from reference.evidence import EVERY_POINT, generation_rhat, gold_standard
 from reference.settings import GOLD_STANDARD, REFERENCE_SETTINGS
 from reference.store import load_reference
 
@@ -20,17 +20,23 @@ def _met(value: float, ok: bool) -> str:
     return f"{value} ✓" if ok else f"**{value}** ✗"
 
 
-CRITERIA = {"max_split_rhat": "worst split R-hat", "min_bulk_ess": "min bulk ESS", "min_tail_ess": "min tail ESS"}
+CRITERIA = {"max_split_rhat": "worst split R-hat", "min_bulk_ess": "min bulk ESS", "min_tail_ess": "min tail ESS",
+            **{f"{c}{EVERY_POINT}": f"{name} over every test point" for c, name in (
+                ("max_split_rhat", "worst split R-hat"), ("min_bulk_ess", "min bulk ESS"),
+                ("min_tail_ess", "min tail ESS"))}}
 """The gold standard's criteria as the table's verdict names them."""
 
 
 def references_table() -> str:
-    """Per shipped reference: its size, acceptance, worst diagnostics (against the gold standard, ✓ met, ✗ short),
-    noise floor and sampling time; then where each worst R-hat is, and which references fall short of what."""
+    """Per shipped reference: its size, acceptance, worst diagnostics over the stated points and over every test point
+    (against the gold standard, ✓ met, ✗ short), noise floor and sampling time; then where each worst R-hat is, and
+    which references fall short of what. Over every test point the figures are recomputed from the evidence where it
+    keeps every point's draws, else the worst R-hat generation recorded (marked: not recomputable)."""
     least = GOLD_STANDARD["min_ess_per_chain"]
-    lines = [f"| task | chains x kept draws | acceptance | worst split R-hat (< {GOLD_STANDARD['max_split_rhat']}) | "
+    limit = GOLD_STANDARD["max_split_rhat"]
+    lines = [f"| task | chains x kept draws | acceptance | worst split R-hat (< {limit}) | "
              f"min bulk ESS (>= {least} per chain) | min tail ESS (>= {least} per chain) | noise floor | "
-             "sampling | worst split R-hat, every test point (at generation, not recomputable) |",
+             f"sampling | every test point: worst split R-hat, min bulk ESS, min tail ESS |",
              "|---|---|---|---|---|---|---|---|---|"]
     short = []
     for name in REFERENCE_SETTINGS:
@@ -40,31 +46,36 @@ def references_table() -> str:
         floor = ", ".join(f"{NAMES[m]} {meta['noise_floor']['all'][m]:.4f}" for m in PRIMARY[task.kind])
         seconds = meta["compute_seconds"]
         sampling = f"{seconds:.0f} s" if meta["hmc"]["vectorise"] else f"{seconds:.0f} s, summed over chains"
-        gold = gold_standard(task, meta)
+        gold = gold_standard(task, meta, generation_rhat(meta))
         missed = [CRITERIA[criterion] for criterion in gold if not gold[criterion]["met"]]
         if missed:
             short.append(f"`{name}` ({', '.join(missed)})")
-        shown = {criterion: _met(f"{gold[criterion]['value']:{'.4f' if criterion == 'max_split_rhat' else '.0f'}}",
+        shown = {criterion: _met(f"{gold[criterion]['value']:{'.0f' if 'ess' in criterion else '.4f'}}",
                                  gold[criterion]["met"]) for criterion in gold}
+        every = [shown[c + EVERY_POINT] for c in ("max_split_rhat", "min_bulk_ess", "min_tail_ess")
+                 if c + EVERY_POINT in shown]
+        if "max_split_rhat" + EVERY_POINT not in gold:
+            every_cell = "n/a (generated before it was recorded)"
+        elif gold["max_split_rhat" + EVERY_POINT].get("recomputable", True):
+            every_cell = ", ".join(every)
+        else:
+            every_cell = f"{every[0]} (R-hat at generation, not recomputable)"
         lines.append(
             f"| `{name}` | {chains} x {meta['kept_samples_per_chain']} | {meta['acceptance_rate']:.3f} | "
             f"{shown['max_split_rhat']} | {shown['min_bulk_ess']} | {shown['min_tail_ess']} | "
-            f"{floor} | {sampling} | {_generation_rhat(meta)} |")
+            f"{floor} | {sampling} | {every_cell} |")
     worst = [f"`{name}`: {load_reference(get_task(name)).metadata['diagnostics']['max_split_rhat_at']}"
              for name in REFERENCE_SETTINGS]
     verdict = f"Short of the gold standard: {'; '.join(short)}." if short else "Every reference meets the gold standard."
     return "\n".join(lines) + "\n\nWhere the worst split R-hat is: " + "; ".join(worst) + f".\n\n{verdict}\n"
 
 
-def _generation_rhat(meta: dict) -> str:
-    check = meta.get("generation_check")
-    return "n/a (generated before it was recorded)" if check is None else f"{check['max_split_rhat']:.4f}"
-
-
 def floor_parts_table() -> str:
-    """Per shipped reference and primary metric: the noise floor, and the same floor estimated from the chains split
-    into 2, 4 and 8 parts (equal where the floor's scaling with the number of draws holds)."""
-    lines = ["| task | metric | noise floor | from 2 parts | from 4 parts | from 8 parts |", "|---|---|---|---|---|---|"]
+    """Per shipped reference and primary metric: the noise floor, the same floor estimated from the chains split
+    into 2, 4 and 8 parts (equal where the floor's scaling with the number of draws holds), and the floor's spread
+    (:func:`reference.evidence.floor_spread`)."""
+    lines = ["| task | metric | noise floor | from 2 parts | from 4 parts | from 8 parts | spread of an exact run |",
+             "|---|---|---|---|---|---|---|"]
     for name in REFERENCE_SETTINGS:
         task = get_task(name)
         meta = load_reference(task).metadata
@@ -73,7 +84,8 @@ def floor_parts_table() -> str:
             distance = "disagreement" if metric == "agreement" else metric
             shown = (lambda v: f"{1 - v:.4f}") if metric == "agreement" else (lambda v: f"{v:.4f}")
             lines.append(f"| `{name}` | {NAMES[metric]} | {meta['noise_floor']['all'][metric]:.4f} | "
-                         + " | ".join(shown(parts[k][distance]) if k in parts else "" for k in ("2", "4", "8")) + " |")
+                         + " | ".join(shown(parts[k][distance]) if k in parts else "" for k in ("2", "4", "8"))
+                         + f" | {meta['noise_floor_spread']['all'][metric]:.4f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -81,9 +93,11 @@ def nuts_table(folder: Path) -> str:
     """Per finished NUTS cross-check in ``folder`` (``nuts-<task>.json``, :mod:`benchmarks.nuts_crosscheck`), per test
     block: NUTS's distance to our reference, both floors, the distance expected of two samplers of one posterior and
     their ratio; NUTS's own diagnostics, and per chain its divergences, acceptance, tree length, step size and
-    seconds; last, the range of the ratio over every check and block. A check made against another reference than
-    the installed one is named as such."""
-    lines, ratios = [], []
+    seconds; each check's permutation test (:mod:`reference.crosscheck`): its p-value, decision and the smallest
+    width error it detects; last, the range of the ratio over every check and block, the checks told apart and those
+    too weak to see a posterior 10% too narrow. A check made against another reference than the installed one is
+    named as such."""
+    lines, ratios, tests = [], [], []
     for name in REFERENCE_SETTINGS:
         path = folder / f"nuts-{name}.json"
         if not path.exists():
@@ -97,8 +111,10 @@ def nuts_table(folder: Path) -> str:
                   f"{result['nuts_min_bulk_ess']:.0f}, tail ESS {result['nuts_min_tail_ess']:.0f}; "
                   f"{sum(c['seconds'] for c in result['chains']) / 3600:.1f} h of sampling"
                   + ("" if current else "; made against an earlier reference") + "):", "",
+                  _test_line(result["test"]), "",
                   f"| block | NUTS vs ours ({NAMES[distance]}) | our floor | NUTS floor | expected if one posterior | "
                   "ratio |", "|---|---|---|---|---|---|"]
+        tests.append((name, result["test"]))
         for block, row in result["blocks"].items():
             lines.append(f"| {block} | {row['nuts_vs_reference'][distance]:.4f} | "
                          f"{row['reference_noise_floor'][distance]:.4f} | {row['nuts_noise_floor'][distance]:.4f} | "
@@ -115,6 +131,33 @@ def nuts_table(folder: Path) -> str:
     if ratios:
         lines.append(f"Over every finished check and block ({len(ratios)} rows), the ratio lies between "
                      f"{min(ratios):.2f} and {max(ratios):.2f}.")
+    if tests:
+        apart = [f"`{name}` (p = {test['p_value']:.2g})" for name, test in tests if test["decision"] == "told apart"]
+        blind = [f"`{name}`" for name, test in tests if not _sees(test, TEN_PERCENT)]
+        lines += ["", "Told apart by the permutation test at level 5%: " + (", ".join(apart) if apart else "none") + ". "
+                  + ("Every check sees a posterior 10% too narrow with 80% power." if not blind else
+                     "Too few chains to see a posterior 10% too narrow with 80% power: " + ", ".join(blind) + ".")]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+TEN_PERCENT = 0.1
+"""The posterior-width error every cross-check should see with 80% power (issue 63's bar)."""
+
+
+def _sees(test: dict, width_error: float) -> bool:
+    detectable = test["detectable_width_error"]
+    return detectable is not None and detectable <= width_error
+
+
+def _test_line(test: dict) -> str:
+    """A check's permutation test in one sentence: its p-value and decision, and the width error it detects."""
+    detectable = test["detectable_width_error"]
+    seen = (f"a posterior {detectable:.0%} too narrow is the least it detects with 80% power"
+            if detectable is not None else "it detects no posterior up to 50% too narrow with 80% power")
+    return (f"Permutation test of the two samplers' chains at the stated test points "
+            f"({test['reassignments']} reassignments): p = {test['p_value']:.3g}, **{test['decision']}** at level "
+            f"{test['level']:.0%}; {seen}" + ("" if _sees(test, TEN_PERCENT) else ", so it cannot see a 10% error")
+            + ".")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

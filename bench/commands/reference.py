@@ -45,13 +45,14 @@ def _diagnose(args) -> int:
         rows.append({"task": found.task, "chains x draws": f"{len(found.summary['step_sizes'])} x "
                                                           f"{found.summary['kept_samples_per_chain']}",
                      "acceptance": f"{found.summary['acceptance_rate']:.3f}",
-                     **{name: f"{gold[name]['value']:{'.4f' if name == 'max_split_rhat' else '.0f'}} "
+                     **{name: f"{gold[name]['value']:{'.0f' if 'ess' in name else '.4f'}} "
                               f"({'met' if gold[name]['met'] else 'short'}: "
                               f"{gold[name]['limit']})" for name in gold},
                      "figures agree": "yes" if not found.differences else f"NO ({len(found.differences)})"})
-        parts = found.summary["noise_floor_by_parts"]
+        parts, spread = found.summary["noise_floor_by_parts"], found.summary["noise_floor_spread"]["all"]
         for metric, value in found.summary["noise_floor"]["all"].items():
             floors.append({"task": found.task, "metric": metric, "noise floor": f"{value:.4g}",
+                           "spread of an exact run": f"{spread[metric]:.2g}",
                            **{f"from {k} parts": (f"{1 - parts[k]['disagreement']:.4g}" if metric == "agreement"
                                                   else f"{parts[k][metric]:.4g}" if metric in parts[k] else "")
                               for k in parts}})

@@ -1,7 +1,7 @@
 """Every benchmark script runs (issue 48, item 6): each with the smallest arguments that still exercise its work, in
 a process of its own as a user runs it, exits 0 with a result on standard output and nothing on standard error
 that a traceback would leave. (``--help`` alone once passed a script whose parser could not be built.) Scripts
-with tests of their own: cross_cpu_round_off, memory_plan, nuts_crosscheck and hmc_speed (the NumPyro ones need
+with tests of their own: cross_cpu_round_off, floor_calibration (its kept results), memory_plan, nuts_crosscheck and hmc_speed (the NumPyro ones need
 the crosscheck extra)."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ RUNS = {
     "cost": ["--epochs", "2", "--repeats", "1", "--methods", "sgd", "--no-hmc", "--tasks", "toy-gap"],
     "fidelity_table": ["--budgets", "10", "--seeds", "0", "--methods", "sgd", "--tasks", "toy-gap", "--out",
                        "{tmp}/fidelity"],
+    "floor_calibration": ["--replicates", "2", "--seeds", "2", "--out", "{tmp}/floor-calibration.json"],
     "floor_simulation": ["--replicates-regression", "2", "--replicates-classification", "2", "--draws", "20"],
     "honesty_table": ["--methods", "sgd", "--tasks", "toy-gap"],
     "laplace_predictive_speed": ["--tasks", "toy-gap", "--rows", "16", "--repeats", "1"],

@@ -8,6 +8,7 @@ The statistics are checked against SciPy's own implementations (``scipy.stats.se
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -25,8 +26,8 @@ from leaderboard.render import render
 from leaderboard.store import RunRow
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FLOOR = 0.01
-"""The noise floor of W2 the rows below publish (unless told otherwise)."""
+FLOOR, SPREAD = 0.01, 0.001
+"""The noise floor of W2 the rows below publish (unless told otherwise), and how far an exact run may score from it."""
 
 
 def rows_of(method: str, w2: list[float], task: str = "toy-gap", budget: float = 10.0, notes: str = "",
@@ -37,6 +38,7 @@ def rows_of(method: str, w2: list[float], task: str = "toy-gap", budget: float =
         seed=seed, reference_sha256="r", config_hash="c0ffee00", config={}, source="run", predictions_sha256=f"p{seed}",
         epochs_used=budget, test_passes=1.0, wall_seconds=0.5, device="cpu", versions={},
         noise_floor=None if floor is None else {"all": {"w2": floor}}, reliability=None, submitter="alice",
+        noise_floor_spread=None if floor is None else {"all": {"w2": SPREAD}},
         notes=notes, finished_at=None, submitted_at="2025-01-01T00:00:00+00:00",
         metrics={"all": {"w2": value, "w1": value / 2}}, label=label) for seed, value in enumerate(w2)]
 
@@ -271,9 +273,9 @@ def test_classification_orders_by_agreement_then_total_variation():
 # --- the noise floor ------------------------------------------------------------------------------------------
 
 def test_an_entry_within_the_noise_floor_is_said_so_and_keeps_its_place():
-    """At W2 0.0110 with a standard error of 0.00058 (3 seeds: the one-sided 95% t-test flags a mean more than 2.92 SE
-    = 0.0017 above the floor) and the floor at 0.01, an entry is as good as the reference can tell; it keeps its place
-    behind an entry at 0.0050; an entry at 0.05 is not within the floor."""
+    """At W2 0.0110 with a standard error of 0.00058 and the floor at 0.01 with a spread of 0.001, an entry is as good
+    as the reference can tell (0.001 above the floor, within 1.4 x sqrt(0.001^2 + 0.00058^2) = 0.0016); it keeps its
+    place behind an entry at 0.0050; an entry at 0.05 is not within the floor."""
     rows = (rows_of("closest", around(0.005, 0.0002)) + rows_of("at-floor", around(0.011, 0.001))
             + rows_of("beyond", around(0.05, 0.001)))
     entries = ranking.tracks(rows)[0].entries
@@ -285,44 +287,59 @@ def test_an_entry_within_the_noise_floor_is_said_so_and_keeps_its_place():
     assert [r["within_noise_floor"] for r in records] == ["1", "1", "0"]
     assert [e["within_noise_floor"] for e in json.loads(render(rows, "json"))["tracks"][0]["entries"]] == [
         True, True, False]
-    # without a published floor the ranks are the same, and nothing is said of a floor
-    entries = ranking.tracks([dataclass_without_floor(r) for r in rows])[0].entries
-    assert [(e.method, e.rank, e.within_floor) for e in entries] == [("closest", 1, None), ("at-floor", 2, None),
-                                                                    ("beyond", 3, None)]
-    assert "| n/a " in render([dataclass_without_floor(r) for r in rows], "md")
+    # without a published floor, or without its spread, the ranks are the same, and nothing is said of a floor
+    for strip in ({"noise_floor": None}, {"noise_floor_spread": None}):
+        entries = ranking.tracks([dataclasses.replace(r, **strip) for r in rows])[0].entries
+        assert [(e.method, e.rank, e.within_floor) for e in entries] == [("closest", 1, None), ("at-floor", 2, None),
+                                                                        ("beyond", 3, None)]
+    assert "| n/a " in render([dataclasses.replace(r, noise_floor=None) for r in rows], "md")
 
 
-def dataclass_without_floor(row: RunRow) -> RunRow:
-    import dataclasses
+def _digits_track(spread: float = 0.002) -> ranking.Track:
+    return ranking.Track("digits", 1, "classification", "r", 10.0,
+                         {"all": {"agreement": 0.99, "total_variation": 0.01}},
+                         noise_floor_spread={"all": {"agreement": spread, "total_variation": spread}})
 
-    return dataclasses.replace(row, noise_floor=None)
+
+def _at_excess(floor: float, excess: float, spread: float, higher_is_better: bool, std: float = 0.001) -> list[float]:
+    """Three seeds whose mean is worse than ``floor`` by ``excess`` x sqrt(spread^2 + se^2)."""
+    se = std / math.sqrt(3)
+    worse_by = excess * math.hypot(spread, se)
+    return around(floor - worse_by if higher_is_better else floor + worse_by, std)
 
 
-def test_a_higher_is_better_floor_is_reached_from_below():
-    track = ranking.Track("digits", 1, "classification", "r", 10.0, {"all": {"agreement": 0.99,
-                                                                             "total_variation": 0.01}})
-    reaching = ranking.Entry("a", "c", {}, "run", metrics={"agreement": around(0.985, 0.004),
-                                                          "total_variation": around(0.0105, 0.001)})
-    short = ranking.Entry("b", "c", {}, "run", metrics={"agreement": around(0.95, 0.004),
-                                                       "total_variation": around(0.009, 0.001)})
-    assert ranking.within_noise_floor(track, reaching) is True  # 0.985 + 2.92 x 0.0023 >= 0.99
-    assert ranking.within_noise_floor(track, short) is False, "agreement must reach the floor too"
-    just_short = ranking.Entry("c", "c", {}, "run", metrics={"agreement": around(0.985, 0.004),
-                                                            "total_variation": around(0.0120, 0.001)})
-    assert ranking.within_noise_floor(track, just_short) is False  # 0.0120 - 2.92 x 0.00058 > 0.01
+@pytest.mark.parametrize("metric", ["agreement", "total_variation"])
+@pytest.mark.parametrize("excess, within", [(0.99, True), (1.01, False)])
+def test_each_primary_metric_is_held_to_the_critical_value_on_each_side(metric, excess, within):
+    """Each primary metric, the other well within: a mean worse than the floor by 0.99 x the critical value's reach is
+    within floor, by 1.01 x it is not; a lower agreement and a higher total variation are the worse ones."""
+    track = _digits_track()
+    metrics = {"agreement": around(0.995, 0.001), "total_variation": around(0.005, 0.001)}
+    floor = track.floor(metric)
+    metrics[metric] = _at_excess(floor, excess * ranking.FLOOR_CRITICAL, 0.002, metric == "agreement")
+    entry = ranking.Entry("e", "c", {}, "run", metrics=metrics)
+    assert ranking.within_noise_floor(track, entry) is within
+
+
+@pytest.mark.parametrize("spread, within", [(0.002, True), (0.0005, False)])
+def test_the_floors_spread_widens_what_is_within_floor(spread, within):
+    """The reference's own error counts: total variation 0.0025 worse than the floor with a standard error of 0.00058
+    is within a floor whose spread is 0.002 (1.20 x sqrt(0.002^2 + 0.00058^2)), not one whose spread is 0.0005
+    (3.3 x the same); the seeds' spread alone would refuse both."""
+    track = _digits_track(spread)
+    metrics = {"agreement": around(0.995, 0.001), "total_variation": around(0.01 + 0.0025, 0.001)}
+    excess = ranking.floor_excess(0.0025, 0.001 / math.sqrt(3), spread)
+    assert (excess <= ranking.FLOOR_CRITICAL) is within
+    assert ranking.within_noise_floor(track, ranking.Entry("e", "c", {}, "run", metrics=metrics)) is within
+
+
+def test_one_seed_is_not_tested_and_a_mean_at_the_floor_is_within():
+    track = _digits_track(spread=0.0)
     one_seed = ranking.Entry("d", "c", {}, "run", metrics={"agreement": [0.995], "total_variation": [0.005]})
     assert ranking.within_noise_floor(track, one_seed) is None, "one seed has no spread to test with"
-
-
-def test_an_exact_sampler_is_within_the_floor_at_the_tests_level():
-    """Seeds drawn around the floor itself (what an exact run of the reference's sampler scores) are called
-    within it 95% of the time: over 4000 simulated entries of 3 seeds, 0.95 ± 4 x its binomial standard error."""
-    rng = np.random.default_rng(0)
-    track = ranking.Track("toy-gap", 1, "regression", "r", 10.0, {"all": {"w2": 0.02}})
-    verdicts = [ranking.within_noise_floor(track, ranking.Entry("e", "c", {}, "run",
-                                                                metrics={"w2": list(rng.normal(0.02, 0.003, 3))}))
-                for _ in range(4000)]
-    assert abs(np.mean(verdicts) - 0.95) < 4 * np.sqrt(0.95 * 0.05 / 4000)
+    exact = ranking.Entry("e", "c", {}, "run", metrics={"agreement": [0.99] * 3, "total_variation": [0.01] * 3})
+    assert ranking.within_noise_floor(track, exact) is True, "no spread at all: at the floor is within it"
+    assert ranking.floor_excess(1e-9, 0.0, 0.0) == math.inf
 
 
 # --- the summary across tasks ---------------------------------------------------------------------------------
@@ -497,3 +514,19 @@ def test_each_distinct_note_is_shown_once_with_the_entries_it_came_with():
     assert render(everywhere, "md").count("one note") == 1 and "- **every entry**: one note\n" in render(everywhere,
                                                                                                           "md")
     assert "<li>every entry: one note</li>" in render(everywhere, "html")
+
+
+def test_what_a_method_warned_of_a_seeds_run_is_shown_with_the_entry_in_every_format():
+    """Laplace's MAP that did not converge, say: its warning reaches the board as a note of the entry and seed, in
+    Markdown, HTML, CSV and JSON; an entry without warnings has none."""
+    warned = "the MAP has not converged (gradient ratio 60, above 1); raise the budget"
+    rows = rows_of("laplace", around(0.02, 0.001)) + rows_of("sgd", around(0.03, 0.001))
+    rows[1] = dataclasses.replace(rows[1], warnings=(warned,))
+    entries = {e.method: e for e in ranking.tracks(rows)[0].entries}
+    note = f"{ranking.METHOD_WARNED} (seed 1): {warned}"
+    assert entries["laplace"].notes == {note} and entries["sgd"].notes == set()
+    assert note in render(rows, "md") and note in render(rows, "html")
+    records = [r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["rank"]]
+    assert {r["method"]: r["notes"] for r in records} == {"laplace": note, "sgd": ""}
+    by_method = {e["method"]: e["notes"] for e in json.loads(render(rows, "json"))["tracks"][0]["entries"]}
+    assert by_method == {"laplace": [note], "sgd": []}

@@ -1,5 +1,6 @@
 """The database: schema versions and migrations, all-or-nothing inserts, idempotency, concurrent writers."""
 
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -161,7 +162,7 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
     raw.commit()
     raw.close()
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 5
+        assert db.schema_version == store.SCHEMA_VERSION == 6
         db.insert([row(0)])
         assert db.runs()[0].verified is False
         assert db.runs()[0].architecture_change is None
@@ -188,10 +189,33 @@ def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_pa
     with Store(path, read_only=True) as db:
         assert db.schema_version == 3 and [r.label for r in db.runs()] == [None]
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 5
+        assert db.schema_version == store.SCHEMA_VERSION == 6
         assert [r.label for r in db.runs()] == [None]
         db.insert([row(0, method="sgd", label="tuned lr")])
         assert {r.method: r.label for r in db.runs()} == {"de": None, "sgd": "tuned lr"}
+
+
+def test_a_version_5_database_is_read_without_floor_spreads_and_migrates_to_them(tmp_path):
+    """A row written before floor spreads were stored reads as having none; after the migration a row keeps its own."""
+    path = tmp_path / "db.sqlite"
+    raw = sqlite3.connect(path)
+    for script in store.MIGRATIONS[:5]:
+        for statement in filter(str.strip, script.split(";")):
+            raw.execute(statement)
+    raw.execute("PRAGMA user_version = 5")
+    raw.execute("INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
+                "reference_sha256, config_hash, config_json, source, predictions_sha256, versions_json, submitter, "
+                "notes, submitted_at) VALUES ('toy-gap', 1, 'f', 'regression', 'de', 10.0, 0, 'r', 'c', '{}', 'run', "
+                "'p0', '{}', 'alice', '', 'now')")
+    raw.commit()
+    raw.close()
+    with Store(path, read_only=True) as db:
+        assert db.schema_version == 5 and [r.noise_floor_spread for r in db.runs()] == [None]
+    spread = {"all": {"w2": 0.001}}
+    with Store(path) as db:
+        assert db.schema_version == store.SCHEMA_VERSION == 6
+        db.insert([dataclasses.replace(row(0, method="sgd"), noise_floor_spread=spread)])
+        assert {r.method: r.noise_floor_spread for r in db.runs()} == {"de": None, "sgd": spread}
 
 
 def test_a_run_keeps_its_label_and_a_label_names_one_configuration(tmp_path):
@@ -238,3 +262,9 @@ def test_how_a_run_was_verified_is_kept_and_a_run_verified_before_schema_5_learn
                                                                       (False, None)]
         db.insert([row(0, verified=True, verification="cross-environment")])  # verified already: kept as it was
         assert db.runs()[0].verification == "bitwise"
+
+
+def test_a_rows_warnings_are_kept(tmp_path):
+    with Store(tmp_path / "db.sqlite") as db:
+        db.insert([dataclasses.replace(row(0), warnings=("first", "second")), row(1)])
+        assert [r.warnings for r in db.runs()] == [("first", "second"), ()]

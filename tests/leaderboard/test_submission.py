@@ -328,3 +328,14 @@ def test_one_configuration_is_one_entry_however_its_record_spells_it(tmp_path, d
     assert run_cli("submit", str(tmp_path / "runs"))[0] == 0
     entries = json.loads(run_cli("leaderboard", "--format", "json")[1])["tracks"][0]["entries"]
     assert [(e["method"], e["seeds"]) for e in entries] == [("sgd", [0, 1, 2])]
+
+
+def test_what_the_method_warned_of_its_run_is_stored_with_the_row(tmp_path, db_path, make_run, run_cli):
+    """The record's method_report warnings reach the database (and from there the board's notes); a record without
+    them stores none."""
+    make_run(tmp_path / "runs", "toy-gap", seed=0)
+    make_run(tmp_path / "runs", "toy-gap", seed=1)
+    _field_set("method_report", {"warnings": ["the MAP has not converged"]})(tmp_path / "runs/toy-gap/de/budget-10/seed-1")
+    code, _, err = run_cli("submit", str(tmp_path / "runs"))
+    assert code == 0, err
+    assert {r.seed: r.warnings for r in stored_rows(db_path)} == {0: (), 1: ("the MAP has not converged",)}

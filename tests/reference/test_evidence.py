@@ -1,6 +1,7 @@
 """A reference's evidence: every shipped reference's metadata recomputed from it, a figure edited or an evidence file
 damaged or swapped found, and the noise floor's rule (d(H1, H2) / sqrt 2) checked against exact samplers."""
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -22,7 +23,57 @@ def test_every_shipped_reference_is_recomputed_from_its_evidence(name):
     meta = store.load_reference(get_task(name)).metadata
     assert evidence.differences(meta["noise_floor"], found.summary["noise_floor"]) == []
     assert meta["generation_check"]["max_split_rhat"] <= meta["generation_check"]["limit"]
-    assert set(found.gold_standard) == {"max_split_rhat", "min_bulk_ess", "min_tail_ess"}
+    every = {f"{c}{evidence.EVERY_POINT}" for c in ("max_split_rhat", "min_bulk_ess", "min_tail_ess")}
+    if "diagnostics_every_point" in found.summary:  # recomputed from every test point's draws
+        assert set(found.gold_standard) == {"max_split_rhat", "min_bulk_ess", "min_tail_ess"} | every
+        # generation's check over every point: every class (classification) or the same quantities (regression)
+        rhat = found.summary["diagnostics_every_point"]["max_split_rhat"]
+        assert rhat <= meta["generation_check"]["max_split_rhat"] + 1e-4
+    else:  # generated before the evidence kept every point: generation's R-hat, marked not recomputable
+        assert set(found.gold_standard) == {"max_split_rhat", "min_bulk_ess", "min_tail_ess",
+                                            "max_split_rhat_every_point"}
+        assert found.gold_standard["max_split_rhat_every_point"]["value"] == meta["generation_check"]["max_split_rhat"]
+        assert found.gold_standard["max_split_rhat_every_point"]["recomputable"] is False
+    spread = found.summary["noise_floor_spread"]
+    assert set(spread) == set(found.summary["noise_floor"]) and all(
+        set(spread[block]) == set(found.summary["noise_floor"][block]) and min(spread[block].values()) > 0
+        for block in spread)
+
+
+def _kept(chain_average: np.ndarray):
+    chains = len(chain_average)
+    return evidence.Evidence(np.zeros(1), np.zeros((chains, 1, 1, 1)), np.zeros((chains, 1, 2)), np.zeros((chains, 1)),
+                             np.zeros((chains, 1)), np.zeros(chains), chain_average)
+
+
+def test_the_floors_spread_is_what_an_exact_run_scores_beyond_the_floor_at_half_the_chains():
+    """Recomputed by hand for 4 chains of a two-class task: every half {i, j} is a reference whose own halves are the
+    chains i and j, the other half a run; the spread is the standard deviation over the 6 choices of what the run
+    scores beyond the smaller reference's floor, divided by sqrt 2. Equal chains have none."""
+    import itertools
+    import math
+
+    from bench import metrics
+
+    task = dataclasses.replace(get_task("digits"), test_blocks=())
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.2, 0.8, (4, 30))
+    averages = np.stack([p, 1 - p], axis=-1)
+    found = evidence.floor_spread(task, averages.mean(axis=0), _kept(averages))["all"]
+    beyond = {"total_variation": [], "disagreement": []}
+    for smaller in itertools.combinations(range(4), 2):
+        run = averages[[c for c in range(4) if c not in smaller]].mean(axis=0)
+        reference = averages[list(smaller)].mean(axis=0)
+        first, second = averages[smaller[0]], averages[smaller[1]]
+        beyond["total_variation"].append(metrics.total_variation(run, reference)
+                                         - metrics.total_variation(first, second) / math.sqrt(2))
+        beyond["disagreement"].append((1 - metrics.agreement(run, reference))
+                                      - (1 - metrics.agreement(first, second)) / math.sqrt(2))
+    assert found["total_variation"] == pytest.approx(np.std(beyond["total_variation"], ddof=1) / math.sqrt(2))
+    assert found["agreement"] == pytest.approx(np.std(beyond["disagreement"], ddof=1) / math.sqrt(2))
+    same = np.repeat(averages[:1], 4, axis=0)
+    assert evidence.floor_spread(task, same.mean(axis=0), _kept(same))["all"] == {"agreement": 0.0,
+                                                                               "total_variation": 0.0}
 
 
 def _copy(name, folder):
@@ -152,3 +203,18 @@ def test_a_regression_references_columns_are_its_chains_in_order():
     mean_std[..., 0] = np.arange(chains)[:, None, None] * 100.0  # chain c's draws all have mean 100 c, std 0
     columns = predictive_samples(mean_std, np.random.default_rng(0))[0]
     assert np.array_equal(columns, np.floor(np.arange(1000) * chains / 1000) * 100.0)
+
+
+def test_every_points_draws_that_are_not_the_stated_points_draws_are_refused():
+    """An evidence whose every-point draws differ from its stated points' (another reference's, or edited) is not
+    this reference's evidence."""
+    name = "toy-gap"
+    kept = evidence.load(store.EVIDENCE / f"{name}.npz", "")
+    reference = store.load_reference(get_task(name))
+    if kept.every_point_draws is None:
+        pytest.skip("the shipped evidence keeps the stated points only")
+    edited = kept.every_point_draws.copy()
+    edited[0, 0, kept.points[3], 0] += 0.5
+    why = evidence.consistent_with(get_task(name), reference.array, dataclasses.replace(kept, every_point_draws=edited),
+                                   reference.metadata["hmc"]["seed"])
+    assert why is not None and "every test point" in why

@@ -11,6 +11,19 @@ def test_the_diagnostics_table_names_each_reference_short_of_the_gold_standard_a
     monkeypatch.setattr(settings, "GOLD_STANDARD", {"max_split_rhat": 1.0, "min_ess_per_chain": 1})
     verdict = tables.references_table().splitlines()[-1]
     assert verdict == "Short of the gold standard: " + "; ".join(
-        f"`{name}` (worst split R-hat)" for name in settings.REFERENCE_SETTINGS) + "."
+        f"`{name}` (worst split R-hat, worst split R-hat over every test point)"
+        for name in settings.REFERENCE_SETTINGS) + "."
+    # between digits' worst R-hat on its stated points (1.0096) and over every test point (1.0230): short there alone
+    monkeypatch.setattr(settings, "GOLD_STANDARD", {"max_split_rhat": 1.015, "min_ess_per_chain": 1})
+    table = tables.references_table()
+    assert "`digits` (worst split R-hat over every test point)" in table.splitlines()[-1]
+    digits_row = next(line for line in table.splitlines() if line.startswith("| `digits` |"))
+    assert digits_row.endswith("| **1.0230** ✗ (R-hat at generation, not recomputable) |")
+    assert "| 1.0096 ✓ |" in digits_row
+    # recomputed over every point where the evidence keeps them: toy-gap's every figure, each marked
+    toy_gap = next(line for line in table.splitlines() if line.startswith("| `toy-gap` |"))
+    assert toy_gap.endswith("| 1.0056 ✓, 1367 ✓, 1397 ✓ |")
     monkeypatch.setattr(settings, "GOLD_STANDARD", {"max_split_rhat": 2.0, "min_ess_per_chain": 10 ** 6})
-    assert "`toy-gap` (min bulk ESS, min tail ESS)" in tables.references_table().splitlines()[-1]
+    verdict = tables.references_table().splitlines()[-1]
+    assert "`toy-gap` (min bulk ESS, min tail ESS, min bulk ESS over every test point, min tail ESS over every test " \
+           "point)" in verdict and "`digits` (min bulk ESS, min tail ESS)" in verdict

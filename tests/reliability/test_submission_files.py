@@ -196,6 +196,10 @@ def test_json_is_bounded_in_size_and_depth(tmp_path, run_cli, db, text, message)
     ("finished_at", "x" * 65, "finished_at must be null or an ISO 8601 timestamp"),
     ("method", "de\x1b[31m", "the method name must be 1 to 100 letters, digits"),
     ("architecture_change", 7, "architecture_change must be null"),
+    ("method_report", [], "method_report must be null or a table"),
+    ("method_report", {"warnings": "not converged"}, "method_report.warnings must be a list"),
+    ("method_report", {"warnings": ["ok", "\x1b[31m"]}, "method_report.warnings must be a list"),
+    ("method_report", {"warnings": ["x" * 2001]}, "method_report.warnings must be a list"),
     ("config", [], "'config' is missing or not a dict"),
     ("metrics", {"agreement": "0.9"}, "metrics must map metric names to finite numbers"),
     ("metrics", {"agreement": float("nan")}, "metrics must map metric names to finite numbers"),
@@ -216,7 +220,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.
                     max_leaves=8)
 FIELDS = ["task", "task_version", "task_fingerprint", "method", "budget", "epochs_used", "test_passes", "seed",
           "metrics", "metrics_by_block", "wall_seconds", "device", "config", "versions", "reference", "finished_at",
-          "architecture_change", "noise_floor", "method_source"]
+          "architecture_change", "noise_floor", "method_source", "method_report"]
 
 
 @pytest.fixture(scope="module")
