@@ -22,11 +22,12 @@ honest runs made elsewhere, so
 
 ``--task``: tasks whose reference is the same in both (every metric compared); ``--reference-free``: tasks whose
 reference changed between the two, compared on the metrics that do not read it (the power, which needs no other CPU
-kind, is of every metric). The kept result:
+kind, is of every metric); ``--changed``: methods whose code changed since the other baseline was measured (``hmc``'s
+step-size search, issue 63), left out of the comparisons with it. The kept result:
 
     python benchmarks/cross_cpu_round_off.py --elsewhere benchmarks/results/cross-cpu/baseline-intel-xeon-avx512.json \\
         --here benchmarks/baseline.json --task toy-gap diabetes-gap --reference-free digits digits-cnn digits-lstm \\
-        --out benchmarks/results/cross-cpu.json
+        --changed hmc --out benchmarks/results/cross-cpu.json
 """
 
 from __future__ import annotations
@@ -303,6 +304,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", nargs="+", default=[], help="tasks whose reference both baselines share")
     parser.add_argument("--reference-free", nargs="+", default=[],
                         help="tasks whose reference changed between the two: only metrics that do not read it")
+    parser.add_argument("--changed", nargs="+", default=[],
+                        help="methods whose code changed since --elsewhere was measured: left out of every comparison "
+                             "with it (its runs are another code's), kept in the power, which reads --here alone")
     scripts.out_option(parser)
     args = parser.parse_args(argv)
     import torch
@@ -310,6 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # nothing trains; numpy and scipy only, as one thread computes them anywhere
     started = time.monotonic()
     elsewhere, here = (json.loads(path.read_text()) for path in (args.elsewhere, args.here))
+    elsewhere = {**elsewhere, "results": {method: series for method, series in elsewhere["results"].items()
+                                          if method not in args.changed}}
     print(f"elsewhere: {elsewhere['environment']['cpu_id']} ({elsewhere['environment']['cpu_capability']}); "
           f"here: {here['environment']['cpu_id']} ({here['environment']['cpu_capability']})")
     every_task = [*args.task, *args.reference_free]
