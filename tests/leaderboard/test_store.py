@@ -173,19 +173,24 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
         assert db.runs()[1].architecture_change == "dropout before the classifier"
 
 
-def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_path):
-    path = tmp_path / "db.sqlite"
+def _database_of_version(path, version: int):
+    """A database as the release of schema ``version`` wrote it, holding one de run on toy-gap."""
     raw = sqlite3.connect(path)
-    for script in store.MIGRATIONS[:3]:
+    for script in store.MIGRATIONS[:version]:
         for statement in filter(str.strip, script.split(";")):
             raw.execute(statement)
-    raw.execute("PRAGMA user_version = 3")
+    raw.execute(f"PRAGMA user_version = {version}")
     raw.execute("INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
                 "reference_sha256, config_hash, config_json, source, predictions_sha256, versions_json, submitter, "
                 "notes, submitted_at) VALUES ('toy-gap', 1, 'f', 'regression', 'de', 10.0, 0, 'r', 'c', '{}', 'run', "
                 "'p0', '{}', 'alice', '', 'now')")
-    raw.commit()  # a row as the release of schema version 3 wrote it
+    raw.commit()
     raw.close()
+    return path
+
+
+def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_path):
+    path = _database_of_version(tmp_path / "db.sqlite", 3)
     with Store(path, read_only=True) as db:
         assert db.schema_version == 3 and [r.label for r in db.runs()] == [None]
     with Store(path) as db:
@@ -196,21 +201,11 @@ def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_pa
 
 
 def test_a_version_5_database_is_read_without_floor_spreads_and_migrates_to_them(tmp_path):
-    """A row written before floor spreads were stored reads as having none; after the migration a row keeps its own."""
-    path = tmp_path / "db.sqlite"
-    raw = sqlite3.connect(path)
-    for script in store.MIGRATIONS[:5]:
-        for statement in filter(str.strip, script.split(";")):
-            raw.execute(statement)
-    raw.execute("PRAGMA user_version = 5")
-    raw.execute("INSERT INTO runs (task, task_version, task_fingerprint, task_kind, method, budget, seed, "
-                "reference_sha256, config_hash, config_json, source, predictions_sha256, versions_json, submitter, "
-                "notes, submitted_at) VALUES ('toy-gap', 1, 'f', 'regression', 'de', 10.0, 0, 'r', 'c', '{}', 'run', "
-                "'p0', '{}', 'alice', '', 'now')")
-    raw.commit()
-    raw.close()
+    """A row written before floor spreads and warnings were stored reads as having none; after the migration a row
+    keeps its own."""
+    path = _database_of_version(tmp_path / "db.sqlite", 5)
     with Store(path, read_only=True) as db:
-        assert db.schema_version == 5 and [r.noise_floor_spread for r in db.runs()] == [None]
+        assert db.schema_version == 5 and [(r.noise_floor_spread, r.warnings) for r in db.runs()] == [(None, ())]
     spread = {"all": {"w2": 0.001}}
     with Store(path) as db:
         assert db.schema_version == store.SCHEMA_VERSION == 6
