@@ -22,11 +22,15 @@ Four settings, each a known posterior:
 - each with *homogeneous* chains (every chain an AR(1) of coefficient 0.7 started in the law) and *heterogeneous*
   ones (each chain's coefficient drawn from U(0.3, 0.97): chains that mix at different speeds, as the convnet's and
   the CNN-LSTM's references do). An exact sampler's runs are drawn the same way as the reference's.
+
+``--reference-splits TASK ...`` checks the shipped references' own chains instead (:func:`reference_splits`): half of
+a reference's chains as a smaller reference, the other half as one exact run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -127,6 +131,36 @@ def replicate(setting: str, replicates: int, seeds: int, seed: int) -> dict[str,
     return found
 
 
+def reference_splits(task_name: str, critical: float) -> dict:
+    """The shipped reference's own chains as exact runs: every choice of half of them is a smaller reference (its
+    floor and spread from its own chains), the other half one exact run of its size. Per choice the statistic of one
+    seed (the largest over the primary metrics of :func:`leaderboard.ranking.floor_excess`, no standard error); the
+    share within ``critical``, and the median. One run per choice and choices that share chains: a rough check of
+    the synthetic calibration on real chains, not a calibration."""
+    from bench.tasks import get_task
+    from leaderboard.ranking import PRIMARY, floor_excess, higher_is_better
+    from reference import evidence
+    from reference.store import PACKAGE_DATA, evidence_path, load_reference
+
+    task = get_task(task_name)
+    reference = load_reference(task).array
+    kept = evidence.load(evidence_path(PACKAGE_DATA, task_name), "a clone of the repository holds it")
+    statistics = []
+    for smaller in itertools.combinations(range(kept.chains), kept.chains // 2):
+        run = [c for c in range(kept.chains) if c not in smaller]
+        sub = dataclasses.replace(kept, point_draws=kept.point_draws[list(smaller)],
+                                  chain_average=None if kept.chain_average is None else kept.chain_average[list(smaller)])
+        r = evidence._half(task, reference, kept, list(smaller))  # regression: its chains' columns, in order
+        a = evidence._half(task, reference, kept, run)
+        floor, spread = evidence.noise_floor(task, r, sub)["all"], evidence.floor_spread(task, r, sub)["all"]
+        scored = evidence._as_metrics(task, evidence._distances(task, a, r))
+        statistics.append(max(floor_excess(floor[m] - scored[m] if higher_is_better(m) else scored[m] - floor[m],
+                                           0.0, spread[m]) for m in PRIMARY[task.kind]))
+    values = np.asarray(statistics)
+    return {"task": task_name, "choices": len(values), "within": float(np.mean(values <= critical)),
+            "median": float(np.median(values))}
+
+
 def within_rates(statistics: dict, critical: float) -> dict[str, dict[str, float]]:
     """Per setting and width, the fraction of replicates called within floor at ``critical``."""
     return {setting: {width: float(np.mean(np.asarray(values) <= critical)) for width, values in widths.items()}
@@ -153,8 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--replicates", type=positive_whole, default=400)
     parser.add_argument("--seeds", type=positive_whole, default=10, help="a method's seeds (at least 2)")
+    parser.add_argument("--reference-splits", nargs="+", metavar="TASK",
+                        help="instead: the check on these shipped references' own chains (reference_splits)")
     scripts.out_option(parser)
     args = parser.parse_args(argv)
+    if args.reference_splits:
+        for task_name in args.reference_splits:
+            found = reference_splits(task_name, FLOOR_CRITICAL)
+            print(f"{task_name}: {found['choices']} choices of half the chains, one run each: within floor "
+                  f"{found['within']:.3f} at {FLOOR_CRITICAL}, median statistic {found['median']:.2f}", flush=True)
+        return 0
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: the test needs the seeds' spread")
     statistics = {}

@@ -75,3 +75,9 @@ def test_the_kept_statistics_are_the_scripts(kept, setting):
     again = script.replicate(setting, 2, kept["seeds"], seed=index)
     for width, values in again.items():
         assert values == pytest.approx(kept["statistics"][setting][width][:2], rel=1e-9, abs=1e-12)
+
+
+def test_the_check_on_a_references_own_chains_counts_every_choice_of_half_of_them():
+    found = _script().reference_splits("toy-gap", FLOOR_CRITICAL)
+    assert found["choices"] == math.comb(8, 4) and 0 <= found["within"] <= 1
+    assert found == pytest.approx({"task": "toy-gap", "choices": 70, "within": 0.786, "median": 0.68}, abs=0.01)
