@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench.functional import StackedModel, seeded_module
     from bench.tasks import get_task
     from reference.store import load_reference
+    from reference.tables import crosscheck_sentence
 
     torch.set_num_threads(1)
     task = get_task(args.task)
@@ -453,10 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, row in result["blocks"].items():
         print(f"{name:<16}{row['nuts_vs_reference'][distance]:>14.4f}{row['reference_noise_floor'][distance]:>12.4f}"
               f"{row['nuts_noise_floor'][distance]:>12.4f}{row['expected_if_equal']:>12.4f}{row['ratio']:>8.2f}")
-    test = result["test"]
-    print(f"permutation test of the chains at the stated points: p = {test['p_value']:.3g}, {test['decision']} at "
-          f"level {test['level']:g}; a posterior-width error it detects with 80% power: "
-          + (f"{test['detectable_width_error']:.0%}" if test["detectable_width_error"] is not None else "none up to 50%"))
+    print(crosscheck_sentence(result["test"]).replace("**", ""))
     print(f"NUTS: worst split R-hat {result['nuts_max_split_rhat']:.3f}, "
           f"{sum(c['seconds'] for c in chains):.0f} s of sampling over {args.chains} chains")
     atomic_write_bytes(out, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())

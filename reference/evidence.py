@@ -275,10 +275,20 @@ def parts_check(task: Task, reference: np.ndarray, evidence: Evidence) -> dict[s
     return out
 
 
+def _point_names(task: Task, points) -> list[str]:
+    """A name for each point quantity at each of ``points``, in the order ``point_draws`` flattens them."""
+    what = ["p(reference's class)"] if task.kind == "classification" else ["predictive mean", "predictive std"]
+    return [f"{name}, test point {int(point)}" for point in points for name in what]
+
+
+def _point_quantity(task: Task) -> str:
+    """What ``point_draws`` holds at a point, in words."""
+    return "probability of the reference's class" if task.kind == "classification" else "predictive mean and std"
+
+
 def quantity_names(task: Task, evidence: Evidence) -> list[str]:
     """A name for every diagnosed quantity, in the order :func:`summarise` flattens them."""
-    what = ["p(reference's class)"] if task.kind == "classification" else ["predictive mean", "predictive std"]
-    return [f"{name}, test point {int(point)}" for point in evidence.points for name in what] + list(TRACE_NAMES)
+    return _point_names(task, evidence.points) + list(TRACE_NAMES)
 
 
 def _worst(quantities: np.ndarray, names: list[str]) -> dict:
@@ -299,12 +309,9 @@ def every_point_diagnostics(task: Task, evidence: Evidence) -> dict | None:
     every = evidence.every_point_draws
     if every is None:
         return None
-    what = ["p(reference's class)"] if task.kind == "classification" else ["predictive mean", "predictive std"]
-    names = [f"{name}, test point {point}" for point in range(every.shape[2]) for name in what]
     quantities = every.reshape(evidence.chains, evidence.draws_per_chain, -1).astype(np.float64)
-    return {"quantities": ("every test point's " + ("probability of the reference's class"
-                                                    if task.kind == "classification" else "predictive mean and std")),
-            **_worst(quantities, names)}
+    return {"quantities": f"every test point's {_point_quantity(task)}",
+            **_worst(quantities, _point_names(task, range(every.shape[2])))}
 
 
 def summarise(task: Task, reference: np.ndarray, evidence: Evidence) -> dict:
@@ -322,9 +329,8 @@ def summarise(task: Task, reference: np.ndarray, evidence: Evidence) -> dict:
     return {
         **({"diagnostics_every_point": every_point} if every_point is not None else {}),
         "diagnostics": {
-            "quantities": (f"{len(evidence.points)} stated test points' "
-                           + ("probability of the reference's class" if task.kind == "classification"
-                              else "predictive mean and std") + ", the log posterior and the test log-likelihood"),
+            "quantities": (f"{len(evidence.points)} stated test points' {_point_quantity(task)}, the log posterior "
+                           "and the test log-likelihood"),
             **_worst(quantities, names),
         },
         "acceptance_rate": float(kept_accept.mean()),

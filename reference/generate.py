@@ -8,8 +8,8 @@
   sample, the 1000 selected samples spread evenly over chains and iterations.
 
 Beside it, the evidence (:mod:`reference.evidence`): per chain and kept draw, the predictive at stated test points
-(and, at lower precision, at every test point) and the log posterior and test log-likelihood; each chain's predictive average; every iteration's acceptance
-probability. The metadata's diagnostics (rank-normalised split R-hat, bulk and tail ESS, Vehtari et al. 2021), its
+and at every test point, and the log posterior and test log-likelihood; each chain's predictive average; every
+iteration's acceptance probability. The metadata's diagnostics (rank-normalised split R-hat, bulk and tail ESS, Vehtari et al. 2021), its
 acceptance figures and its noise floor (the distance an independent, exact run of the reference's sampler is
 expected to score against it) are computed from the evidence alone, so ``reference diagnose`` recomputes them. One
 figure is not: generation refuses a reference whose worst split R-hat over every test point's predictive exceeds

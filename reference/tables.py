@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from bench.tasks import get_task
+from reference import crosscheck
 from reference.evidence import EVERY_POINT, generation_rhat, gold_standard
 from reference.settings import GOLD_STANDARD, REFERENCE_SETTINGS
 from reference.store import load_reference
@@ -20,10 +21,10 @@ def _met(value: float, ok: bool) -> str:
     return f"{value} ✓" if ok else f"**{value}** ✗"
 
 
-CRITERIA = {"max_split_rhat": "worst split R-hat", "min_bulk_ess": "min bulk ESS", "min_tail_ess": "min tail ESS",
-            **{f"{c}{EVERY_POINT}": f"{name} over every test point" for c, name in (
-                ("max_split_rhat", "worst split R-hat"), ("min_bulk_ess", "min bulk ESS"),
-                ("min_tail_ess", "min tail ESS"))}}
+_ON_STATED_POINTS = {"max_split_rhat": "worst split R-hat", "min_bulk_ess": "min bulk ESS",
+                     "min_tail_ess": "min tail ESS"}
+CRITERIA = {**_ON_STATED_POINTS, **{f"{criterion}{EVERY_POINT}": f"{name} over every test point"
+                                    for criterion, name in _ON_STATED_POINTS.items()}}
 """The gold standard's criteria as the table's verdict names them."""
 
 
@@ -52,8 +53,7 @@ def references_table() -> str:
             short.append(f"`{name}` ({', '.join(missed)})")
         shown = {criterion: _met(f"{gold[criterion]['value']:{'.0f' if 'ess' in criterion else '.4f'}}",
                                  gold[criterion]["met"]) for criterion in gold}
-        every = [shown[c + EVERY_POINT] for c in ("max_split_rhat", "min_bulk_ess", "min_tail_ess")
-                 if c + EVERY_POINT in shown]
+        every = [shown[c + EVERY_POINT] for c in _ON_STATED_POINTS if c + EVERY_POINT in shown]
         if "max_split_rhat" + EVERY_POINT not in gold:
             every_cell = "n/a (generated before it was recorded)"
         elif gold["max_split_rhat" + EVERY_POINT].get("recomputable", True):
@@ -111,7 +111,7 @@ def nuts_table(folder: Path) -> str:
                   f"{result['nuts_min_bulk_ess']:.0f}, tail ESS {result['nuts_min_tail_ess']:.0f}; "
                   f"{sum(c['seconds'] for c in result['chains']) / 3600:.1f} h of sampling"
                   + ("" if current else "; made against an earlier reference") + "):", "",
-                  _test_line(result["test"]), "",
+                  crosscheck_sentence(result["test"]), "",
                   f"| block | NUTS vs ours ({NAMES[distance]}) | our floor | NUTS floor | expected if one posterior | "
                   "ratio |", "|---|---|---|---|---|---|"]
         tests.append((name, result["test"]))
@@ -134,14 +134,17 @@ def nuts_table(folder: Path) -> str:
     if tests:
         apart = [f"`{name}` (p = {test['p_value']:.2g})" for name, test in tests if test["decision"] == "told apart"]
         blind = [f"`{name}`" for name, test in tests if not _sees(test, TEN_PERCENT)]
-        lines += ["", "Told apart by the permutation test at level 5%: " + (", ".join(apart) if apart else "none") + ". "
-                  + ("Every check sees a posterior 10% too narrow with 80% power." if not blind else
-                     "Too few chains to see a posterior 10% too narrow with 80% power: " + ", ".join(blind) + ".")]
+        power = f"with {crosscheck.POWER:.0%} power"
+        lines += ["", f"Told apart by the permutation test at level {crosscheck.LEVEL:.0%}: "
+                  + (", ".join(apart) if apart else "none") + ". "
+                  + (f"Every check sees a posterior {TEN_PERCENT:.0%} too narrow {power}." if not blind else
+                     f"Too few chains to see a posterior {TEN_PERCENT:.0%} too narrow {power}: " + ", ".join(blind)
+                     + ".")]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 TEN_PERCENT = 0.1
-"""The posterior-width error every cross-check should see with 80% power (issue 63's bar)."""
+"""The posterior-width error every cross-check should see with :data:`reference.crosscheck.POWER` (issue 63's bar)."""
 
 
 def _sees(test: dict, width_error: float) -> bool:
@@ -149,16 +152,17 @@ def _sees(test: dict, width_error: float) -> bool:
     return detectable is not None and detectable <= width_error
 
 
-def _test_line(test: dict) -> str:
-    """A check's permutation test in one sentence: its p-value and decision, and the width error it detects."""
+def crosscheck_sentence(test: dict) -> str:
+    """A check's permutation test (:func:`reference.crosscheck.permutation_test`'s result) in one sentence: its
+    p-value and decision, and the width error it detects; what docs/references.md and the script print."""
     detectable = test["detectable_width_error"]
-    seen = (f"a posterior {detectable:.0%} too narrow is the least it detects with 80% power"
-            if detectable is not None else "it detects no posterior up to 50% too narrow with 80% power")
+    power = f"with {crosscheck.POWER:.0%} power"
+    seen = (f"a posterior {detectable:.0%} too narrow is the least it detects {power}" if detectable is not None
+            else f"it detects no posterior up to {max(crosscheck.WIDTH_ERRORS):.0%} too narrow {power}")
     return (f"Permutation test of the two samplers' chains at the stated test points "
             f"({test['reassignments']} reassignments): p = {test['p_value']:.3g}, **{test['decision']}** at level "
-            f"{test['level']:.0%}; {seen}" + ("" if _sees(test, TEN_PERCENT) else ", so it cannot see a 10% error")
-            + ".")
-    return "\n".join(lines).rstrip("\n") + "\n"
+            f"{test['level']:.0%}; {seen}"
+            + ("" if _sees(test, TEN_PERCENT) else f", so it cannot see a {TEN_PERCENT:.0%} error") + ".")
 
 
 DIGITS_TASKS = ("digits", "digits-cnn", "digits-lstm")

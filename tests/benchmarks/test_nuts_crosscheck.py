@@ -127,3 +127,19 @@ def test_a_chain_is_keyed_on_the_classes_the_reference_predicts_at_the_stated_po
     assert script.chain_identity(task, reference, 500, 400, "float32", 2021) != identity
     assert script.chain_identity(get_task("toy-gap"), load_reference(get_task("toy-gap")).array, 500, 500,
                                  "float32", 2021)["reference_classes"] is None
+
+
+def test_a_verdict_recomputed_from_kept_chains_prints_its_test_and_writes_the_committed_results(tmp_path, capsys):
+    """--verdict-only needs no NumPyro: from the committed toy-gap chains it writes the committed results (to
+    round-off) and prints the permutation test's sentence, as docs/references.md writes it."""
+    from reference.tables import crosscheck_sentence
+
+    script = _script()
+    committed = BENCHMARKS / "results" / "nuts-toy-gap.json"
+    stored = json.loads(committed.read_text())
+    out = tmp_path / "nuts-toy-gap.json"
+    (tmp_path / "nuts-toy-gap").symlink_to(committed.with_suffix(""))
+    script.main(["--task", "toy-gap", "--verdict-only", "--out", str(out),
+                 *(f"--{name}={value}" for name, value in stored["settings"].items())])
+    assert_same_to_round_off(json.loads(out.read_text()), stored)
+    assert crosscheck_sentence(stored["test"]).replace("**", "") in capsys.readouterr().out
