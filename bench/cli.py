@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 from bench.budget import DEFAULT_MAX_EPOCHS
+from bench.checkpoint import DEFAULT_EVERY_SECONDS
 import bench
 from bench import interrupts
 from bench.commands import DEFAULT_THREADS, interrupted_line
 from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_TERMINATED, BenchError, describe_failure
-from bench.arguments import (OneLineParser, budget_epochs, decimal_number, finite_epochs, positive_whole,
+from bench.arguments import (OneLineParser, budget_epochs, decimal_number, duration_or_off, finite_epochs, positive_whole,
                              seed_number)
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -93,7 +94,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_list(run, "--seed", type=seed_number, dest="seeds", metavar="SEED",
               help="the runs' seeds, in [0, 2^63) (--seed 0 1 2, or repeated: one run per seed; default 0)")
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where to train: cpu (default), cuda, or auto (cuda when PyTorch sees a GPU)")
-    run.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
+    run.add_argument("--out", type=Path, default=None, help="output folder (default: runs/, rehearsals/ with "
+                                                            "--rehearse)")
     _add_list(run, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
               help="override method settings (--set lr=0.01 batch_size=64, or repeated; each setting once)")
     run.add_argument("--force", action="store_true", help="overwrite a finished run")
@@ -101,6 +103,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                                      "configuration hash (1 to 100 printable characters)")
     _add_no_predictions(run)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_checkpoint_every(run)
+    _add_rehearsal(run)
     _add_cache(run)
 
     sweep = sub.add_parser("sweep", help="run every combination of methods, tasks, budgets, seeds and setting "
@@ -117,7 +121,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_list(sweep, "--set", dest="overrides", type=_key_value, default=[], metavar="KEY=VALUE",
               help="settings of every method of the sweep; the same KEY with several values sweeps over them "
                    "(variants, see above)")
-    sweep.add_argument("--out", type=Path, default=Path("runs"), help="output folder (default: runs/)")
+    sweep.add_argument("--out", type=Path, default=None, help="output folder (default: runs/, rehearsals/ with "
+                                                              "--rehearse)")
     sweep.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
                        help="where each run trains: cpu (default), cuda (on Ray: a GPU per run), or auto")
     sweep.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -134,6 +139,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                                              "$RAY_ADDRESS, else one `ray start --head` started on this machine, else "
                                              "a new local one for this sweep)")
     sweep.add_argument("--force", action="store_true", help="train every run again, replacing finished ones")
+    _add_checkpoint_every(sweep)
     sweep.add_argument("--submit", action="store_true",
                        help="at the end, add every finished run of the sweep to the leaderboard (as `submit`)")
     sweep.add_argument("--db", type=Path, help="with --submit: the leaderboard database (default: $BDL_BENCH_DB, "
@@ -146,6 +152,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                             "its first member's epochs, csgmcmc below a cycle that keeps its samples) instead of "
                             "failing them; a method that runs in a process of its own is left to its runs")
     sweep.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_rehearsal(sweep)
     _add_cache(sweep)
 
     tasks = sub.add_parser("tasks", help="list tasks, their settings and reference status")
@@ -238,7 +245,11 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     submit.add_argument("--verify", action="store_true",
                         help="re-execute every run under the meter first and refuse any that does not reproduce; "
                              "the leaderboard marks them verified")
-    submit.add_argument("--quiet", action="store_true", help="with --verify: no progress bar")
+    submit.add_argument("--quiet", action="store_true", help="with --verify: no progress bars")
+    submit.add_argument("--log", type=Path, metavar="FILE",
+                        help="with --verify: the log each re-execution (and verdict) is appended to, one line each, "
+                             "whatever standard error is (default: verify.log in the database's folder, beside "
+                             "--db)")
     _add_threads(submit, default=None, help=f"with --verify: torch threads of the re-executions (default "
                                             f"{DEFAULT_THREADS}); a run reproduces bitwise only with the thread count "
                                             f"it recorded, else it is compared as if from another machine")
@@ -251,7 +262,11 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     _add_threads(verify, help=f"torch threads of the re-executions (default {DEFAULT_THREADS}, whatever "
                               f"OMP_NUM_THREADS says), named in each line; a run reproduces bitwise only with the "
                               f"thread count it recorded, else it is compared as if from another machine")
-    verify.add_argument("--quiet", action="store_true", help="no progress bar")
+    verify.add_argument("--quiet", action="store_true", help="no progress bars")
+    verify.add_argument("--log", type=Path, metavar="FILE",
+                        help="the log each re-execution (and verdict) is appended to, one line each, whatever standard "
+                             "error is (default: verify.log in the leaderboard database's folder: $BDL_BENCH_DB's, "
+                             "else the user's data folder)")
     verify.add_argument("--method", help="the method to re-execute the runs with, for runs of a package.module:ClassName "
                                          "method (a run's record never chooses code to import)")
     _add_cache(verify)
@@ -265,6 +280,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                                                    "new or replaced; a folder, FIFO, device or /dev/stdout is "
                                                    "refused: leave --output out to write to standard output)")
     board.add_argument("--db", type=Path, help=db_help)
+    board.add_argument("--quiet", action="store_true",
+                       help="no progress bars (drawn only on a terminal: reading the records, rendering)")
     board.add_argument("--no-shipped", action="store_true",
                        help="leave out the results shipped with bdl-bench (every built-in method on every embedded "
                             "task, labelled 'shipped'; shown by default beside the database's runs)")
@@ -304,6 +321,26 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
               help="with --update: settings of every method, or of one (--set lr=0.01 de.members=3, or repeated; "
                    "each setting once); stored in the baseline")
     return parser
+
+
+def _add_rehearsal(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rehearse", action="store_true",
+                        help="rehearse a competition task before paying for a GPU: its real model at its real size "
+                             "on generated data of the official shapes (training and test rows, test blocks) and a "
+                             "stand-in reference, no download; measures whether the method runs, its epochs' time and "
+                             "its memory. Written under rehearsals/ and marked as a rehearsal, which submit, "
+                             "export-submission, verify and check refuse (default tasks: the five competition tasks)")
+    parser.add_argument("--rehearse-rows", type=positive_whole, metavar="N",
+                        help="with --rehearse: N training rows instead of the official count, and the official test "
+                             "rows in the same proportion (at least one per test block)")
+
+
+def _add_checkpoint_every(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint-every", type=duration_or_off, default=DEFAULT_EVERY_SECONDS, metavar="TIME",
+                        help=f"write each run's checkpoint this often (30s, 5m, 1h; default "
+                             f"{DEFAULT_EVERY_SECONDS / 60:g}m), and when SIGTERM or Ctrl-C stops it: the same command "
+                             "then resumes it, with the predictions of an uninterrupted run bit for bit on the same "
+                             "machine (docs/running.md); off: none (a stopped run starts again)")
 
 
 def _add_cache(parser: argparse.ArgumentParser) -> None:

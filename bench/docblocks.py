@@ -109,6 +109,9 @@ MEASURED_TABLES = {
     "cross-cpu-gate-false-alarms": ("cross-cpu", "gate-false-alarms", ".0f"),
     "cross-cpu-gate-power": ("cross-cpu", "gate-power", ".2f"),
     "floor-calibration": ("floor-calibration", "within-floor", ".3f"),
+    "memory-plan": ("memory-plan", "competition", ("", "", "", "", "g", ".1f", ".1f", ".2f")),
+    "resume-check": ("resume-check", "resume", ("", ".0f", ".1f", ".1f", ".2f", ".1f", "", "")),
+    "checkpoint-write-cost": ("resume-check", "write-cost", ("", "", ".1f", ".2f", ".1e")),
 }
 """Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written:
 one format for all, or one per column)."""
@@ -226,7 +229,24 @@ def gpu_check() -> str:
     return f"On {kept_measurement(GPU_CHECK)['device']}:\n\n{measured_table(GPU_CHECK, 'gpu check', '.3g')}"
 
 
+def official_rows() -> str:
+    """The competition tasks' official sizes a rehearsal reproduces, with their sources
+    (:data:`bench.tasks.competition.OFFICIAL_ROWS`)."""
+    from bench.tasks.competition import CIFAR10C_BLOCKS, OFFICIAL_ROWS, PUBLIC_ROWS
+
+    lines = ["| task | training rows | test rows | test blocks | where the training rows are stated | where the test "
+             "rows are stated |", "|---|---|---|---|---|---|"]
+    for name, rows in OFFICIAL_ROWS.items():
+        blocks = (f"{len(CIFAR10C_BLOCKS)} of {rows.test // len(CIFAR10C_BLOCKS):,}, the first public"
+                  if name == "cifar10c" else f"public: the first {PUBLIC_ROWS[name]:,}" if name in PUBLIC_ROWS
+                  else "-")
+        train = f"{rows.train:,}" if rows.train_published else f"{rows.train:,} (stand-in)"
+        lines.append(f"| `{name}` | {train} | {rows.test:,} | {blocks} | {rows.train_source} | {rows.test_source} |")
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "official-rows": official_rows,
     "gate-calibration": _gate_calibration,
     "shipped-fidelity": _shipped_fidelity,
     "shipped-store": _shipped_store,

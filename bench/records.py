@@ -189,7 +189,8 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
 """The fields every run record holds, and their JSON types (a bool is never a number)."""
 
 OPTIONAL_FIELD_TYPES: dict[str, tuple[type, ...]] = {"environment": (dict,), "resolved": (dict,),
-                                                      "noise_floor": (dict,)}
+                                                      "noise_floor": (dict,), "rehearsal": (dict,),
+                                                      "resumed": (list,)}
 """Fields a record holds as null or of these types (records of older versions lack them); the optional text fields
 (label, method_source, finished_at, architecture_change) are checked as text of their own length."""
 
@@ -257,7 +258,27 @@ def checked_result(folder: Path) -> dict:
     except OSError as error:
         raise DamagedFile(f"{path}: the run record cannot be read ({error.strerror or error})") from None
     check_record(result, path)
+    refuse_rehearsal(result, folder)
     return result
+
+
+class NotAResult(DamagedFile):
+    """A rehearsal's record (``run --rehearse``), refused by every reader that takes a result (``submit``,
+    ``export-submission``, ``verify``, ``check``) in one line, exit 2, as they refuse a damaged record: it is sound,
+    but it trained on generated data and was scored against a generated reference."""
+
+
+def is_rehearsal(result: dict) -> bool:
+    """Whether a run record is a rehearsal's (:mod:`bench.rehearsal`)."""
+    return isinstance(result, dict) and result.get("rehearsal") is not None
+
+
+def refuse_rehearsal(result: dict, source: Path | str) -> None:
+    """One :class:`NotAResult` line for a rehearsal's record ``result`` (read from ``source``)."""
+    if is_rehearsal(result):
+        raise NotAResult(f"{source}: a rehearsal's record ({shown(result.get('task'))} on generated data, scored "
+                         "against a stand-in reference), not a result: submit, export-submission, verify and check "
+                         "never take one; run the task without --rehearse for a result")
 
 
 def check_record(result: dict, path: Path) -> None:
@@ -335,7 +356,47 @@ def check_record(result: dict, path: Path) -> None:
     digest = result.get("predictions_sha256")
     if digest is not None and not (isinstance(digest, str) and SHA256_HEX.fullmatch(digest)):
         raise DamagedFile(f"{path}: predictions_sha256 must be null or 64 lowercase hexadecimal digits")
+    _check_rehearsal(result.get("rehearsal"), path)
+    _check_resumed(result.get("resumed"), result["epochs_used"], path)
     _check_method(result, path)
+
+
+REHEARSAL_FIELDS = {"train_rows": False, "test_rows": False, "official_train_rows": False,
+                    "official_test_rows": False, "peak_resident_bytes": False, "peak_cuda_bytes": True}
+"""What a rehearsal's record says of it (:func:`bench.rehearsal.described`): each field a whole number of at least 1
+(a count of rows or bytes), or null where marked True (no GPU)."""
+
+
+MAX_RESUMES = 10_000
+"""The most resumes a record lists (a run stopped every five minutes for a month is 8,640)."""
+
+
+def _check_resumed(resumed, epochs_used, path: Path) -> None:
+    """A record's ``resumed``: absent or null (a run trained in one go), else each time it continued from its checkpoint
+    (:mod:`bench.checkpoint`), in order: ``{"from_epochs": the epochs charged when the checkpoint was written,
+    "same_numerics": whether it resumed where it had run (bit for bit as an uninterrupted run)}``."""
+    if resumed is None:
+        return
+    previous = 0
+    for entry in resumed if len(resumed) <= MAX_RESUMES else [None]:
+        if not (isinstance(entry, dict) and set(entry) == {"from_epochs", "same_numerics"}
+                and finite_number(entry["from_epochs"]) and previous <= entry["from_epochs"] <= epochs_used
+                and isinstance(entry["same_numerics"], bool)):
+            raise DamagedFile(f"{path}: resumed must be null or at most {MAX_RESUMES:,} entries of from_epochs (in "
+                              "order, at most the epochs used) and same_numerics (true or false)")
+        previous = entry["from_epochs"]
+
+
+def _check_rehearsal(rehearsal, path: Path) -> None:
+    """A record's ``rehearsal``: absent or null (a run of the real task), else :data:`REHEARSAL_FIELDS`, exactly."""
+    if rehearsal is None:
+        return
+    if set(rehearsal) != set(REHEARSAL_FIELDS) or not all(
+            (value is None and REHEARSAL_FIELDS[name]) or (isinstance(value, int) and not isinstance(value, bool)
+                                                          and 1 <= value < INTEGER_LIMIT)
+            for name, value in rehearsal.items()):
+        raise DamagedFile(f"{path}: rehearsal must be null or hold {', '.join(REHEARSAL_FIELDS)}: whole numbers of at "
+                          "least 1 (peak_cuda_bytes null off a GPU)")
 
 
 def _iso_timestamp(text: str) -> bool:

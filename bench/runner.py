@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, replace
@@ -29,8 +30,9 @@ import bench
 from approximators import Approximator, Problem, method_source, resolve_config, resolve_method
 from approximators.base import check_footprint
 from approximators.boundary import method_fault, users_code
-from bench import metrics, records
+from bench import checkpoint, metrics, records, rehearsal
 from bench.records import MAX_LABEL_CHARS
+from bench.progress import SCORING, phase
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import COMMAND_LINE, BenchError, ConfigError, Spelling, shown
 from bench.tasks import Task, get_task
@@ -61,17 +63,23 @@ def resolve_device(device: str, spelling: Spelling = COMMAND_LINE) -> torch.devi
 
 
 def score(task: Task, predictions: np.ndarray, reference: Reference) -> tuple[dict, dict]:
-    """Metrics on the whole test set (with labels where known) and on each test block."""
+    """Metrics on the whole test set (with labels where known) and on each test block (each reported as a
+    :data:`~bench.progress.SCORING` phase, for a progress bar)."""
     labels = None if task.y_test is None else task.y_test.numpy()
+    parts = 1 + len(task.test_blocks)
 
-    def on(rows: slice) -> dict:
+    def on(rows: slice, done: int) -> dict:
         target = None if labels is None else labels[rows]
         if task.kind == "classification":
-            return metrics.classification_metrics(predictions[rows], reference.array[rows], target)
-        return metrics.regression_metrics(predictions[rows], reference.array[rows], target)
+            scored = metrics.classification_metrics(predictions[rows], reference.array[rows], target)
+        else:
+            scored = metrics.regression_metrics(predictions[rows], reference.array[rows], target)
+        phase(SCORING, done, parts, "blocks")
+        return scored
 
-    blocks = {b.name: on(slice(b.start, b.stop)) for b in task.test_blocks}
-    return on(slice(None)), blocks
+    phase(SCORING, 0, parts, "blocks")
+    blocks = {b.name: on(slice(b.start, b.stop), i + 1) for i, b in enumerate(task.test_blocks)}
+    return on(slice(None), parts), blocks
 
 
 CPU_ID_FIELDS = ("vendor_id", "cpu family", "model", "CPU implementer", "CPU architecture", "CPU variant", "CPU part")
@@ -175,12 +183,23 @@ def resolved_config(approximator: Approximator, problem: Problem) -> dict:
 
 
 def fit_and_predict(approximator: Approximator, problem: Problem, data: MeteredData,
-                    seed: int) -> tuple[np.ndarray, dict]:
+                    seed: int, tape: checkpoint.Tape | None = None) -> tuple[np.ndarray, dict]:
     """Fits a planned approximator under the meter with the run's generator; returns its predictive
-    (float64) and its report (how it spent the budget, e.g. SWAG's snapshot count)."""
+    (float64) and its report (how it spent the budget, e.g. SWAG's snapshot count). With a ``tape`` the fit writes
+    its checkpoints there and resumes from the one it holds (:mod:`bench.checkpoint`); a stop raises
+    :class:`~bench.checkpoint.Stopped` once the checkpoint is written."""
     method = type(approximator)
-    with users_code(method, "fit"):
-        approximator.fit(problem, data, torch.Generator().manual_seed(seed))
+    with checkpoint.recording(tape):
+        generator = checkpoint.track(torch.Generator().manual_seed(seed))
+        try:
+            with users_code(method, "fit"):
+                approximator.fit(problem, data, generator)
+        except checkpoint.Stopped:
+            raise
+        except KeyboardInterrupt:  # outside a training step: the end of the last engine call kept, if any
+            if tape is None:
+                raise
+            tape.stopped_outside()
     with users_code(method, "predictive"):
         # Reading what it returned as an array runs its code too (__array__, a tensor on a device we cannot read).
         raw = np.asarray(approximator.predictive())
@@ -292,14 +311,28 @@ class RunSpec:
     command: str | None = None
     keep_predictions: bool = True
     """Write ``predictions.npz`` beside the record (False: the record alone, with the predictions' sha256)."""
+    checkpoint_every: float | None = checkpoint.DEFAULT_EVERY_SECONDS
+    """Seconds between the run's checkpoints (:mod:`bench.checkpoint`; also written on a stop); None: none at all."""
+    rehearsal: rehearsal.Rehearsal | None = None
+    """A rehearsal of the competition task on generated data (:mod:`bench.rehearsal`), not a run of the task."""
+
+
+def task_of(spec: RunSpec) -> Task:
+    """The run's task: the embedded or fetched one, or a rehearsal's, generated (:mod:`bench.rehearsal`)."""
+    return get_task(spec.task, spec.cache) if spec.rehearsal is None else rehearsal.task_of(spec.task, spec.rehearsal)
+
+
+def task_and_reference(spec: RunSpec) -> tuple[Task, Reference]:
+    """The run's task (:func:`task_of`) and its reference, checked, or a rehearsal's stand-in reference."""
+    task = task_of(spec)
+    return task, load_reference(task) if spec.rehearsal is None else rehearsal.reference_of(task)
 
 
 def _prepare(spec: RunSpec, device: torch.device,
              on_progress: Callable[[float], None] | None) -> tuple[Problem, MeteredData]:
     """Checks the task's reference (failing before training if it is stale) and builds the method's inputs.
     Returns nothing that holds the reference or the test labels."""
-    task = get_task(spec.task, spec.cache)
-    load_reference(task)
+    task, _ = task_and_reference(spec)
     return metered(task, spec.budget, device, on_progress)
 
 
@@ -320,14 +353,16 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
     with users_code(method, "architecture_change"):
         architecture_change = method.architecture_change(config)
     check_method_texts(method, architecture_change)
-    folder = records.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed)
+    folder = rehearsal.run_folder(spec.out, problem.task, method.name, spec.budget, spec.seed, spec.rehearsal)
     with records.claimed(folder, spec.force, asdict(config)):
+        if spec.rehearsal is not None:
+            rehearsal.start(device)  # its peak memory on a GPU counts from here
+        tape, resumes = _checkpointing(spec, method, config, folder, device, data)
         started = time.perf_counter()
-        predictions, report = fit_and_predict(approximator, problem, data, spec.seed)
-        wall = time.perf_counter() - started
+        predictions, report = fit_and_predict(approximator, problem, data, spec.seed, tape)
+        wall = time.perf_counter() - started + (tape.wall_before if tape is not None else 0.0)  # every segment's
 
-        task = get_task(spec.task, spec.cache)  # labels and reference only now, after the method has returned
-        reference = load_reference(task)
+        task, reference = task_and_reference(spec)  # labels and reference only now, after the method has returned
         overall, by_block = score(task, predictions, reference)
         env = environment()
         result = {
@@ -357,6 +392,48 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "reference": {"sha256": reference.sha256, "key": reference.key},
             "predictions_sha256": records.predictions_sha256(predictions),
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            **({} if spec.rehearsal is None else {"rehearsal": rehearsal.described(task, device)}),
         }
+        if resumes:
+            result["resumed"] = resumes
         records.write_run(folder, reference.key, predictions, result, spec.keep_predictions)
+        (folder / checkpoint.CHECKPOINT).unlink(missing_ok=True)  # the run is finished: nothing is left to resume
     return result
+
+
+def resumable(method: type[Approximator]) -> bool:
+    """Whether a stopped run of ``method`` continues from its checkpoint: the class that defines its ``fit`` declares
+    ``resumable = True`` (a subclass that rewrites ``fit`` must declare it again; :mod:`bench.checkpoint`)."""
+    owner = next((cls for cls in method.__mro__ if "fit" in vars(cls)), None)
+    return owner is not None and vars(owner).get("resumable", False) is True
+
+
+def _checkpointing(spec: RunSpec, method: type[Approximator], config, folder: Path, device: torch.device,
+                   data: MeteredData) -> tuple[checkpoint.Tape | None, list]:
+    """The run's :class:`~bench.checkpoint.Tape` (None: no checkpoints) and its resumes so far, this one included.
+    A checkpoint in ``folder`` is resumed from when it is this run's; ``--force`` discards it."""
+    path = folder / checkpoint.CHECKPOINT
+    if spec.force:
+        path.unlink(missing_ok=True)
+    if spec.checkpoint_every is None or not resumable(method):
+        if path.exists():
+            print(f"{folder}: method {method.name!r} cannot resume from its checkpoint; the run starts again",
+                  file=sys.stderr)
+        return None, []
+    identity = {"task": spec.task, "method": method.name, "method_source": method_source(method),
+                "config": json.dumps(asdict(config), sort_keys=True, default=str), "budget": float(spec.budget),
+                "seed": spec.seed, "bdl-bench": bench.__version__, "rehearsal": spec.rehearsal is not None}
+    numerics = {key: str(value) for key, value in {**environment(), "device": str(device)}.items() if key in NUMERICS}
+    resume, resumes = None, []
+    if path.exists():
+        saved = checkpoint.read_point(path, identity)
+        resume, resumes = saved["point"], saved["resumes"]
+        resumes.append({"from_epochs": resume["epochs_used"], "same_numerics": saved["numerics"] == numerics})
+        print(f"{folder}: resuming from its checkpoint at {resume['epochs_used']:.4g} of {spec.budget:g} epochs"
+              + ("" if resumes[-1]["same_numerics"] else " (on another machine or device: not bit for bit as one "
+                 "uninterrupted run)"), file=sys.stderr)
+
+    def write(point: dict) -> Path:
+        return checkpoint.write_point(path, identity, point, resumes, numerics)
+
+    return checkpoint.Tape(write, data.meter, spec.checkpoint_every, resume), resumes

@@ -22,14 +22,15 @@ from pathlib import Path
 from urllib.parse import quote
 
 from approximators import method_source, resolve_config, resolve_method
-from bench import executors, records
+from bench import executors, records, rehearsal as rehearsals
 from bench.budget import budget_label
+from bench.checkpoint import DEFAULT_EVERY_SECONDS
 from bench.errors import COMMAND_LINE, ConfigError, Spelling
 from bench.executors import Outcome
 from bench.interrupts import sigterm_as_interrupt
 from bench.progress import Progress, run_title
 from bench.runner import RunSpec, resolve_device
-from bench.tasks import default_task_names, get_task
+from bench.tasks import COMPETITION, default_task_names, get_task
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class PlannedRun:
 
     @property
     def title(self) -> str:
-        return run_title(self.spec.task, self.method, self.spec.budget, self.spec.seed, self.variant)
+        return run_title(rehearsals.label(self.spec.task, self.spec.rehearsal), self.method, self.spec.budget,
+                         self.spec.seed, self.variant)
 
 
 def _normalised(config) -> dict:
@@ -80,21 +82,26 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
          settings: list[tuple[str, str]], out: Path, device: str = "cpu", cache: Path | None = None,
          command: str | None = None, force: bool = False, spelling: Spelling = COMMAND_LINE,
          isolate: bool = True, isolated: "executors.Isolated | None" = None,
-         keep_predictions: bool = True) -> list[PlannedRun]:
+         keep_predictions: bool = True, rehearsal: rehearsals.Rehearsal | None = None,
+         checkpoint_every: float | None = DEFAULT_EVERY_SECONDS) -> list[PlannedRun]:
     """Every run of the sweep, checked before any trains: methods (names, or classes from Python), tasks and
     settings exist, no two variants give a method the same configuration, and no run folder holds a finished run of
     another configuration (``force``: every run trains, replacing what its folder holds). ``spelling``: how a
     failure names what was given. ``isolate``: a method that is not bdl-bench's, named by a string, is loaded and
     its settings resolved in a process of its own first (:func:`bench.executors.check_isolated`; in ``isolated``
-    when given, a process :func:`execute` can then run the method's runs in). ``keep_predictions``: as
-    :class:`~bench.runner.RunSpec` takes it."""
+    when given, a process :func:`execute` can then run the method's runs in). ``keep_predictions`` and ``rehearsal``
+    (rehearsals of competition tasks, by default all five): as :class:`~bench.runner.RunSpec` takes them."""
     out = Path(out).absolute()  # before any method's code runs: a working directory it changes moves nothing
     cache = None if cache is None else Path(cache).absolute()
     # A built-in or unknown name (and a class from Python) is resolved before any task's data loads; someone else's
     # named method only after its own process has loaded it.
     loaded = {given: resolve_method(given, spelling) for given in dict.fromkeys(methods)
               if not (isolate and executors.isolates(given))}
-    task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
+    if rehearsal is None:
+        task_list = list(dict.fromkeys(get_task(task, cache).name for task in tasks or default_task_names()))
+    else:  # generated, never loaded
+        task_list = list(dict.fromkeys(tasks or COMPETITION))
+        rehearsals.check(task_list, rehearsal)
     if isolate:
         executors.check_isolated(methods, [(task, variant.overrides) for variant in variants(settings)
                                            for task in task_list], isolated=isolated, spelling=spelling)
@@ -118,10 +125,11 @@ def plan(methods: list, tasks: list[str] | None, budgets: list[float], seeds: li
                     raise ConfigError(f"variants {same} and {variant.name} give {name} on {task} the same "
                                       "configuration; give each value of a setting once")
                 for budget, seed in itertools.product(budget_list, seed_list):
-                    folder = records.run_folder(root, task, name, budget, seed)
+                    folder = rehearsals.run_folder(root, task, name, budget, seed, rehearsal)
                     spec = RunSpec(task=task, method=given, budget=budget, seed=seed, device=device, out=root,
                                    overrides=variant.overrides, force=force, cache=cache, command=command,
-                                   keep_predictions=keep_predictions)
+                                   keep_predictions=keep_predictions, rehearsal=rehearsal,
+                                   checkpoint_every=checkpoint_every)
                     finished = not force and records.finished_with(folder, config, spelling, method_source(method))
                     runs.append(PlannedRun(spec, name, variant.name, folder, finished))
     return runs
@@ -134,7 +142,7 @@ def feasible(runs: list[PlannedRun], cache: Path | None = None) -> tuple[list[Pl
     ``run`` plans them, before any training); a method run in a process of its own
     (:func:`bench.executors.isolates`) is left to its runs."""
     from bench.errors import BudgetExhausted
-    from bench.runner import metered, planned
+    from bench.runner import metered, planned, task_of
 
     refused: dict[tuple, str | None] = {}
     kept, lines = [], []
@@ -143,7 +151,8 @@ def feasible(runs: list[PlannedRun], cache: Path | None = None) -> tuple[list[Pl
         if key not in refused:
             refused[key] = None
             if not executors.isolates(run.spec.method):
-                method, task = resolve_method(run.spec.method), get_task(run.spec.task, cache)
+                method = resolve_method(run.spec.method)
+                task = get_task(run.spec.task, cache) if run.spec.rehearsal is None else task_of(run.spec)
                 try:
                     planned(method, resolve_config(method, task.name, dict(run.spec.overrides)),
                             *metered(task, run.spec.budget))
@@ -191,7 +200,8 @@ def execute(runs: list[PlannedRun], executor: str = "local", workers: int | None
     if executor == "local":
         for device in devices:  # --device cuda without a GPU is one line before anything trains
             resolve_device(device)
-    with Progress(len(todo), quiet, "sweep") as progress, sigterm_as_interrupt():
+    what = "rehearsals" if any(run.spec.rehearsal for run in todo) else "sweep"
+    with Progress(len(todo), quiet, what) as progress, sigterm_as_interrupt():
         def finished(spec: RunSpec, outcome: Outcome) -> None:
             outcomes[by_spec[spec]] = outcome
             progress.finished(by_spec[spec].title, outcome.result is None)

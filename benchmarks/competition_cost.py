@@ -31,7 +31,7 @@ from bench import scripts
 from bench.arguments import positive_whole
 from bench.runner import metered, resolve_device  # noqa: E402
 from bench.tasks import Task  # noqa: E402
-from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
+from bench.tasks.competition import SPECS, generated_task  # noqa: E402
 
 SHORT_RUNS = {
     # (budget, settings) per method: a few epochs per member or chain, every part of the method exercised.
@@ -99,7 +99,7 @@ def main() -> None:
     device = resolve_device(args.device)
     rows, plain_seconds = [], {}
     for name in args.tasks:
-        task = synthetic_task(name, args.rows, device)
+        task = generated_task(name, args.rows, test_rows=min(args.rows, 64), device=device)
         plain = {}  # batch size -> seconds of one plain SGD epoch
         row = {"task": name, "rows": args.rows}
         method_run(task, "sgd", device)  # warm-up: the device's context, kernel choices and caches

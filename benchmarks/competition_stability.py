@@ -27,14 +27,14 @@ from bench import scripts
 from bench.arguments import positive_whole, seed_number
 from bench.errors import TrainingDiverged  # noqa: E402
 from bench.runner import metered  # noqa: E402
-from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
+from bench.tasks.competition import SPECS, generated_task  # noqa: E402
 
 
 def trains(method: str, task_name: str, rows: int, seed: int, lr: float | None = None) -> bool:
     budget, settings = SHORT_RUNS[method]
     settings = {k: str(v) for k, v in settings.items()} | ({} if lr is None else {"lr": str(lr)})
     cls = METHODS[method]
-    problem, data = metered(synthetic_task(task_name, rows, torch.device("cpu"), seed=seed), budget)
+    problem, data = metered(generated_task(task_name, rows, seed=seed), budget)
     try:
         cls(resolve_config(cls, task_name, settings)).fit(problem, data, torch.Generator().manual_seed(seed))
     except TrainingDiverged:

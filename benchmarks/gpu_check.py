@@ -5,7 +5,7 @@
 
 Made for a session lent a GPU for a few minutes: one command, within 8 minutes on one H100 at the defaults. Each
 competition model (ResNet-20-FRN, AlexNet, CNN-LSTM, LeNet-5, MLP) gets ``--rows`` random examples of its official
-input shape (:func:`bench.tasks.competition.synthetic_task`; the values do not change what an epoch costs), and
+input shape (:func:`bench.tasks.competition.generated_task`; the values do not change what an epoch costs), and
 every method runs the short run of ``competition_cost.py`` (:data:`competition_cost.SHORT_RUNS`) twice, seed 0,
 after one warm-up run of ``sgd`` on the model. For each method and model:
 
@@ -42,7 +42,7 @@ from bench import scripts  # noqa: E402
 from bench.arguments import positive_whole  # noqa: E402
 from bench.errors import BenchError, describe_failure  # noqa: E402
 from bench.runner import resolve_device  # noqa: E402
-from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
+from bench.tasks.competition import SPECS, generated_task  # noqa: E402
 
 LIMIT_SECONDS = 420
 """The default time after which no run starts: a lent GPU's session has minutes, and 8 fit one call with room."""
@@ -100,7 +100,7 @@ def main() -> None:
             else:
                 try:
                     if task is None:
-                        task = synthetic_task(name, args.rows, device)
+                        task = generated_task(name, args.rows, test_rows=min(args.rows, 64), device=device)
                         short_run(task, "sgd", device)  # warm-up: the device's context, kernel choices and caches
                     found = check(task, method, device)
                     if found["batch"] not in plain:

@@ -42,7 +42,7 @@ from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.runner import metered  # noqa: E402
 from bench.tasks import get_task, task_names  # noqa: E402
-from bench.tasks.competition import SPECS, synthetic_task  # noqa: E402
+from bench.tasks.competition import SPECS, generated_task  # noqa: E402
 
 SAMPLES = 30
 
@@ -50,7 +50,7 @@ SAMPLES = 30
 def task_of(name: str, rows: int):
     if name in task_names():
         return get_task(name)
-    task = synthetic_task(name, rows)
+    task = generated_task(name, rows)
     return dataclasses.replace(task, x_test=task.x_train)
 
 

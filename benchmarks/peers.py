@@ -60,7 +60,7 @@ from approximators import METHODS, resolve_config
 from bench import api, scripts
 from bench.arguments import positive_whole
 from bench.tasks import get_task
-from bench.tasks.competition import synthetic_task
+from bench.tasks.competition import generated_task
 from bench.tasks.models import SameConv2d
 
 PREDICTIVE = "peer::predictive"
@@ -80,7 +80,7 @@ QUICK = {"epochs": 4, "repeats": 1}
 def model_task(name: str):
     """The embedded task ``name``, or LeNet-5's competition task on ``ROWS`` random rows that are also its test set."""
     if name == "dermamnist":
-        task = synthetic_task(name, ROWS)
+        task = generated_task(name, ROWS)
         return dataclasses.replace(task, x_test=task.x_train)
     return get_task(name)
 

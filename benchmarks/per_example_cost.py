@@ -21,7 +21,7 @@ from bench import scripts
 from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module
 from bench.runner import resolve_device
-from bench.tasks.competition import SPECS, synthetic_task
+from bench.tasks.competition import SPECS, generated_task
 
 
 def fastest(step, repeats: int, device: torch.device) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
     device = resolve_device(args.device)
     rows = []
     for name in args.tasks:
-        task = synthetic_task(name, args.batch, device)
+        task = generated_task(name, args.batch, device=device)
         module = seeded_module(task.model_factory, 0).to(device)
         optimiser = torch.optim.SGD(module.parameters(), lr=1e-3)
         x, y = task.x_train[:args.batch], task.y_train[:args.batch]

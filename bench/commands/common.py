@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import records
-from bench.errors import DamagedFile, terminal_text
+from bench.errors import BenchError, DamagedFile, terminal_text
 
 
 def print_tables(rows: list[dict]) -> None:
@@ -44,6 +44,29 @@ def shown_setting(value) -> str:
     return text if float(text) == value else f"~{text}"
 
 
+def rehearsal_option(args):
+    """The command's rehearsal (:class:`bench.rehearsal.Rehearsal`) from ``--rehearse`` and ``--rehearse-rows``, or None;
+    sets ``--out``'s default: ``rehearsals/`` for a rehearsal, ``runs/`` otherwise."""
+    if args.rehearse_rows is not None and not args.rehearse:
+        raise BenchError("--rehearse-rows sets a rehearsal's training rows; add --rehearse")
+    if not args.rehearse:
+        args.out = Path("runs") if args.out is None else args.out
+        return None
+    from bench.rehearsal import DEFAULT_OUT, Rehearsal
+
+    args.out = DEFAULT_OUT if args.out is None else args.out
+    return Rehearsal(args.rehearse_rows)
+
+
+def task_shown(result: dict) -> str:
+    """A run's task as its table row shows it: a rehearsal's marked as one (``cifar10 (rehearsal, 64 rows)``)."""
+    facts = result.get("rehearsal")
+    if not records.is_rehearsal(result):
+        return result["task"]
+    rows = "" if facts["train_rows"] == facts["official_train_rows"] else f", {facts['train_rows']:,} rows"
+    return f"{result['task']} (rehearsal{rows})"
+
+
 def summary_row(result: dict) -> dict:
     """One line of the run table; official references have no published noise floor (shown as None)."""
     from bench.budget import budget_label
@@ -59,7 +82,7 @@ def summary_row(result: dict) -> dict:
         fidelity = {"W1": m["w1"], "W2": m["w2"], "floor W1": floor.get("w1"), "floor W2": floor.get("w2"),
                     **({"public W (competition)": public["competition_w"]} if public else {}), "RMSE": m.get("rmse")}
     return {"kind": "classification" if "agreement" in m else "regression",
-            "task": result["task"], "method": result["method"], "budget": budget_label(result["budget"]),
+            "task": task_shown(result), "method": result["method"], "budget": budget_label(result["budget"]),
             "epochs": f"{result['epochs_used']:g}", "seed": result["seed"], **fidelity,
             "seconds": result["wall_seconds"]}
 

@@ -5,14 +5,19 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from bench.checkpoint import CHECKPOINT
 from bench.commands import interrupted_line
-from bench.commands.common import print_tables, store_rows, submitter, summary_row
+from bench.commands.common import print_tables, rehearsal_option, store_rows, submitter, summary_row
 from bench.errors import EXIT_INTERRUPTED, BenchError, terminal_text
 
 
 def command(args) -> int:
     from bench import executors, records, sweep
 
+    rehearsal = rehearsal_option(args)
+    if rehearsal is not None and args.submit:
+        raise BenchError("a rehearsal is never submitted (generated data, a stand-in reference); leave out --submit, "
+                         "or --rehearse")
     if not args.submit and (args.db is not None or args.name is not None or args.notes is not None):
         raise BenchError("--db, --name and --notes say where and as whom --submit submits; add --submit")
     if args.submit and args.no_predictions:
@@ -29,7 +34,8 @@ def command(args) -> int:
             if foreign and not args.debug and args.executor == "local" else None
         runs = sweep.plan(args.methods, args.tasks, args.budgets, args.seeds or [0], args.overrides, args.out,
                           args.device, args.cache, args.command_line, args.force, isolate=not args.debug,
-                          isolated=spare, keep_predictions=not args.no_predictions)
+                          isolated=spare, keep_predictions=not args.no_predictions, rehearsal=rehearsal,
+                          checkpoint_every=args.checkpoint_every)
         if args.skip_infeasible:
             runs, lines = sweep.feasible(runs, args.cache)
             for line in lines:
@@ -41,7 +47,8 @@ def command(args) -> int:
             outcomes = sweep.execute(runs, args.executor, args.workers, args.threads, args.ray_address, args.quiet,
                                      isolate=not args.debug, spare=spare)
         except KeyboardInterrupt:
-            print(interrupted_line("sweep"), file=sys.stderr)
+            print(interrupted_line("sweep", kept=[run.folder / CHECKPOINT for run in runs
+                                                  if (run.folder / CHECKPOINT).exists()]), file=sys.stderr)
             return EXIT_INTERRUPTED
     finished = [run for run in runs if run.finished or outcomes[run].result is not None]
     rows = [{**({"variant": run.variant} if run.variant else {}),
@@ -49,8 +56,14 @@ def command(args) -> int:
              "trained": "now" if run in outcomes else "earlier"} for run in finished]
     print_tables(rows)
     failed = [run for run in runs if run in outcomes and outcomes[run].result is None]
+    if rehearsal is not None:
+        from bench.rehearsal import summary
+
+        for _, result in sweep.finished_records(finished, outcomes):
+            print(terminal_text(summary(result)))
+    kind = "rehearsals (their metrics measure nothing; submit refuses them)" if rehearsal is not None else "results"
     print(f"{len(finished) - skipped} trained, {skipped} finished earlier, {len(failed)} failed; "
-          f"results under {terminal_text(args.out)}/")
+          f"{kind} under {terminal_text(args.out)}/")
     if args.submit and finished:
         from leaderboard import submission
 

@@ -159,7 +159,9 @@ class CompetitionSpec:
         unique = list(dict.fromkeys(source.remote for source in self.arrays.values()))
         return [*unique, self.reference]
 
-    def test_blocks(self, n_test: int) -> tuple[TestBlock, ...]:
+    def test_blocks(self, n_test: int, public_rows: int | None = None) -> tuple[TestBlock, ...]:
+        """The blocks of ``n_test`` test rows: CIFAR-10-C's five, and the public block (``public_rows``: its rows,
+        default :data:`PUBLIC_ROWS`'s)."""
         blocks = []
         if self.name == "cifar10c":
             if n_test % len(CIFAR10C_BLOCKS):
@@ -168,7 +170,7 @@ class CompetitionSpec:
             blocks = [TestBlock(name, i * size, (i + 1) * size) for i, name in enumerate(CIFAR10C_BLOCKS)]
             blocks.append(TestBlock("public", 0, size))
         if self.name in PUBLIC_ROWS:
-            blocks.append(TestBlock("public", 0, min(PUBLIC_ROWS[self.name], n_test)))
+            blocks.append(TestBlock("public", 0, min(public_rows or PUBLIC_ROWS[self.name], n_test)))
         return tuple(blocks)
 
 
@@ -395,16 +397,114 @@ INPUT_SHAPES = {"cifar10": (3, 32, 32), "cifar10c": (3, 32, 32), "imdb": (100,),
 """One example's input shape per competition task, as the official files hold them."""
 
 
-def synthetic_task(name: str, rows: int, device: torch.device = torch.device("cpu"), seed: int = 0) -> Task:
-    """A stand-in for a competition task without its data: its model, likelihood and prior, with
-    ``rows`` random training examples of the official input shape (test inputs: the first 64 of
-    them). For timing and for running methods on the real architectures; it has no reference."""
-    spec, g = SPECS[name], torch.Generator().manual_seed(seed)
-    shape = (rows, *INPUT_SHAPES[name])
-    x = (torch.randint(0, IMDB_VOCABULARY, shape, generator=g) if name == "imdb"
-         else torch.randn(shape, generator=g)).to(device)
-    y = (torch.randn(rows, generator=g) if spec.n_classes is None
-         else torch.randint(0, spec.n_classes, (rows,), generator=g)).to(device)
-    return Task(name=name, version=spec.version, description="synthetic", x_train=x, y_train=y, x_test=x[:64],
-                y_test=None, model_factory=spec.model_factory, architecture=spec.architecture,
-                likelihood=spec.likelihood, prior_variance=spec.prior_variance, settings={}, n_classes=spec.n_classes)
+@dataclass(frozen=True)
+class OfficialRows:
+    """How many rows a competition task's official training and test sets have, each with where that is stated.
+    ``train_published``: False where the organisers never stated their training file's size (it is then the stand-in
+    the note explains, which a rehearsal uses; a run on the fetched task reads the true size from the file)."""
+
+    train: int
+    test: int
+    train_source: str
+    test_source: str
+    train_published: bool = True
+
+    @property
+    def train_said(self) -> str:
+        """The training rows as a sentence says them: ``the official 50,000 training rows``, or for a stand-in
+        ``512 training rows (a stand-in: the official count is not published)``."""
+        if self.train_published:
+            return f"the official {self.train:,} training rows"
+        return f"{self.train:,} training rows (a stand-in: the official count is not published)"
+
+
+STARTER_KIT = "the starter kit (github.com/izmailovpavel/neurips_bdl_starter_kit, commit af42869)"
+
+OFFICIAL_ROWS: dict[str, OfficialRows] = {
+    "cifar10": OfficialRows(
+        50_000, 10_000,
+        "CIFAR-10's training set (Krizhevsky 2009; www.cs.toronto.edu/~kriz/cifar.html, where the starter kit's "
+        "data/cifar10/README.md points: 50,000 training and 10,000 test images)",
+        "the official reference data/cifar10/probs.csv: 10,000 rows of 10 probabilities"),
+    "cifar10c": OfficialRows(
+        50_000, 50_000,
+        f"{STARTER_KIT}, eval-phase/README.md: x_train holds the 50k CIFAR-10 training images",
+        f"{STARTER_KIT}: eval-phase/submission-score-evaluation.ipynb scores 50,000 rows x 10 (the public score its "
+        "first 10,000); eval-phase/README.md: five test sets of 10k, the clean one and four corruptions"),
+    "imdb": OfficialRows(
+        25_000, 25_000,
+        "the Large Movie Review Dataset (Maas et al. 2011; ai.stanford.edu/~amaas/data/sentiment, where the starter "
+        "kit's data/imdb/README.md points): 25,000 training and 25,000 test reviews",
+        "the official reference data/imdb/probs.csv: 25,000 rows of 2 probabilities"),
+    "dermamnist": OfficialRows(
+        7_007, 2_000,
+        "not published for the competition's dermamnist_anon.npz; the stand-in is MedMNIST's DermaMNIST training "
+        "split (Yang et al. 2023), 7,007 images (the competition's 2,000 test rows are not MedMNIST's 2,005, so its "
+        "split may differ)",
+        "the official reference eval-phase/eval_data/medmnist_probs.csv: 2,000 rows of 7 probabilities (the public "
+        "score its first 1,000)",
+        train_published=False),
+    "uci-gap": OfficialRows(
+        512, 256,
+        "not published for the competition's energy_anon.npz; the stand-in is UCI Energy Efficiency's 768 rows (UCI "
+        "repository, dataset 242) less the 256 test rows, the most the gap split can train on",
+        f"{STARTER_KIT}: the evaluation-phase notebooks' samples of shape (256, 1000), and "
+        "eval-phase/submission-score-evaluation.ipynb's 256 x 1000 (the public score its first 100 rows)",
+        train_published=False),
+}
+"""The official sizes a rehearsal (:func:`generated_task`) reproduces, with their sources: the test counts are the
+official references' row counts (the three in the starter kit's git tree were counted; the other two are the sizes the
+organisers' scoring notebook reads), the training counts the data sets' published splits. The organisers published no
+training count for DermaMNIST and UCI-Gap: their stand-ins are marked (``train_published``)."""
+
+
+def generated_test_rows(name: str, rows: int) -> int:
+    """The test rows of a rehearsal on ``rows`` training rows: the official test set in proportion to the official
+    training set (so that training and scoring shrink alike), at least one row per test block, at most the official
+    count; for CIFAR-10-C a multiple of its five blocks."""
+    official = OFFICIAL_ROWS[name]
+    blocks = len(CIFAR10C_BLOCKS) if name == "cifar10c" else 1
+    scaled = max(blocks, round(rows * official.test / official.train))
+    return min(official.test, -(-scaled // blocks) * blocks)
+
+
+def generated_task(name: str, rows: int | None = None, *, test_rows: int | None = None,
+                   device: torch.device = torch.device("cpu"), seed: int = 0,
+                   description: str = "generated data of the official shapes") -> Task:
+    """Competition task ``name`` on generated data, without its files: its model, likelihood, prior and test blocks,
+    with ``rows`` training rows (default: the official count, :data:`OFFICIAL_ROWS`) of the official input shape and
+    ``test_rows`` test rows (default: the official count, or :func:`generated_test_rows` for fewer training rows),
+    seeded by ``seed``. Inputs are standard normal (token ids uniform over the vocabulary), labels uniform (regression
+    targets standard normal); where the official files publish test labels (``cifar10``, ``imdb``) it has generated
+    ones too. The public block covers the official share of the test rows. The one way generated data of a competition
+    task are made: rehearsals (``run --rehearse``) and the benchmarks that time the real models (the training rows
+    for a given ``rows`` and ``seed`` do not depend on ``test_rows``)."""
+    spec, official = SPECS[name], OFFICIAL_ROWS[name]
+    rows = official.train if rows is None else rows
+    if test_rows is None:
+        test_rows = official.test if rows == official.train else generated_test_rows(name, rows)
+    g = torch.Generator().manual_seed(seed)
+
+    def inputs(count: int) -> torch.Tensor:
+        shape = (count, *INPUT_SHAPES[name])
+        return torch.randint(0, IMDB_VOCABULARY, shape, generator=g) if name == "imdb" else torch.randn(shape,
+                                                                                                         generator=g)
+
+    def targets(count: int) -> torch.Tensor:
+        return (torch.randn(count, generator=g) if spec.n_classes is None
+                else torch.randint(0, spec.n_classes, (count,), generator=g))
+
+    x, y = inputs(rows), targets(rows)  # first: the training rows of (rows, seed) are the same whatever the test
+    x_test = inputs(test_rows)
+    y_test = targets(test_rows) if "y_test" in spec.arrays else None
+    public = None
+    if name in PUBLIC_ROWS:
+        public = max(1, round(test_rows * PUBLIC_ROWS[name] / official.test))
+    # The data are what (task, rows, test rows, seed) generate: the fingerprint names those, not a hash of 100s of MB.
+    made_of = {"generated": name, "rows": rows, "test_rows": test_rows, "seed": seed}
+    return Task(name=name, version=spec.version, description=description, x_train=x.to(device),
+                y_train=y.to(device), x_test=x_test.to(device), y_test=None if y_test is None else y_test.to(device),
+                model_factory=spec.model_factory, architecture=spec.architecture, likelihood=spec.likelihood,
+                prior_variance=spec.prior_variance, settings={"data": {"source": description, "seed": seed}},
+                test_blocks=spec.test_blocks(test_rows, public), n_classes=spec.n_classes,
+                data_digest=hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest())

@@ -76,6 +76,7 @@ def load_baseline(path: Path) -> dict:
             from None
     except (OSError, ValueError) as error:
         raise BenchError(f"cannot read baseline {path}: {error}") from None
+    records.refuse_rehearsal(baseline, path)  # a rehearsal's record given as a baseline is said to be one
     if not isinstance(baseline, dict) or baseline.get("format") not in READ_FORMATS:
         raise BenchError(f"{path}: not a baseline file of format {' or '.join(map(str, READ_FORMATS))}; rewrite it "
                          "with --update")

@@ -7,7 +7,7 @@ import torch
 
 from approximators import METHODS, resolve_config
 from bench.runner import metered
-from bench.tasks.competition import SPECS, synthetic_task
+from bench.tasks.competition import SPECS, generated_task
 
 SHORT = {  # (budget, settings): a couple of epochs per member or chain, few test passes
     "sgd": (1, {}), "de": (2, {"members": "2"}), "ae": (2, {"epochs": "1"}),
@@ -33,7 +33,7 @@ def test_every_method_has_a_short_run_here():
 @pytest.mark.parametrize("task_name", list(SPECS))
 @pytest.mark.parametrize("method", list(SHORT))
 def test_method_runs_on_the_competition_model(method, task_name):
-    task = synthetic_task(task_name, rows=10)
+    task = generated_task(task_name, 10, test_rows=10)
     budget, overrides = SHORT[method]
     cls = METHODS[method]
     batch = {"batch_size": "4"} if "batch_size" in cls.Config.__dataclass_fields__ else {}

@@ -292,9 +292,9 @@ def test_the_other_structures_run_on_the_competition_models(task_name, structure
     (diagonal) and the full last-layer block."""
     from approximators import METHODS, resolve_config
     from bench.runner import metered
-    from bench.tasks.competition import synthetic_task
+    from bench.tasks.competition import generated_task
 
-    task = synthetic_task(task_name, rows=6)
+    task = generated_task(task_name, 6)
     cls = METHODS["laplace"]
     problem, data = metered(task, 2)
     approximator = cls(resolve_config(cls, task_name, {"batch_size": "3", "samples": "2", "structure": structure,

@@ -58,12 +58,12 @@ def test_units_are_dropped_at_the_rate_and_the_mean_pass_is_the_plain_network():
 
 
 def test_every_task_names_sites_its_network_runs_as_modules():
-    from bench.tasks.competition import SPECS, synthetic_task
+    from bench.tasks.competition import SPECS, generated_task
     from bench.tasks import get_task
 
     assert set(SITES) == set(task_names()) | set(SPECS)
     for task_name, sites in SITES.items():
-        task = synthetic_task(task_name, rows=2) if task_name in SPECS else get_task(task_name)
+        task = generated_task(task_name, 2) if task_name in SPECS else get_task(task_name)
         module = task.model_factory()
         network = DropoutNetwork(module, sites.split(","), 0.5, torch.Generator().manual_seed(0))
         network(_params(module), task.x_train[:2], shared_input=True)  # raises if a site never ran
@@ -81,9 +81,9 @@ def test_a_layer_the_network_does_not_call_is_refused(run_cli, tmp_path):
     """The CNN-LSTM's LSTM applies its linear map's weights functionally: a hook there would never run."""
     from approximators.mc_dropout import MCDropout
     from bench.errors import ConfigError
-    from bench.tasks.competition import synthetic_task
+    from bench.tasks.competition import generated_task
 
-    task = synthetic_task("imdb", rows=2)
+    task = generated_task("imdb", 2)
     network = DropoutNetwork(task.model_factory(), ["lstm.linear"], 0.5, torch.Generator().manual_seed(0))
     with pytest.raises(ConfigError, match="not called as a module"):
         network(_params(task.model_factory()), task.x_train[:2], shared_input=True)

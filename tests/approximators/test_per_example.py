@@ -10,7 +10,7 @@ from approximators import per_example
 from approximators.per_example import gradient_moments
 from bench.functional import StackedModel, seeded_module
 from bench.likelihoods import Categorical, HeteroscedasticGaussian
-from bench.tasks.competition import SPECS, synthetic_task
+from bench.tasks.competition import SPECS, generated_task
 from bench.tasks.models import FilterResponseNorm, HaikuLSTM, SameConv2d
 
 
@@ -79,7 +79,7 @@ def test_competition_model_moments_equal_the_per_example_loop(task_name, path, m
     monkeypatch.setattr(per_example, "CONVOLUTION_WINDOW_VALUES", 1)
     if path == "vmap":
         monkeypatch.setattr(per_example, "_layerwise_moments", per_example._vmap_moments)
-    task = synthetic_task(task_name, rows=6)
+    task = generated_task(task_name, 6)
     factory = lambda: task.model_factory().double()  # noqa: E731
     model, params = _members(factory, 2)
     x, y = _double_batches(task)
@@ -305,7 +305,7 @@ def test_a_gpu_forms_each_layers_minibatch_in_one_product_and_a_cpu_in_cache_siz
                         lambda total, square, batch, chunk, gradients:
                         chunks.append((batch, chunk)) or spied(total, square, batch, chunk, gradients))
     for name in SPECS:
-        task = synthetic_task(name, rows=130)
+        task = generated_task(name, 130)
         model, params = _members(task.model_factory, 1)
         gradient_moments(model, task.likelihood, params, task.x_train[:128].unsqueeze(0),
                          task.y_train[:128].unsqueeze(0))

@@ -83,7 +83,7 @@ def _main(gpu_check, monkeypatch, *args):
 def test_a_failing_method_is_its_row_and_past_the_time_limit_nothing_starts(gpu_check, monkeypatch, capsys):
     clock = iter([0.0, 0.0, 0.0, 1000.0, 1000.0, 1000.0])
     monkeypatch.setattr(gpu_check, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
-    monkeypatch.setattr(gpu_check, "synthetic_task", lambda name, rows, device: name)
+    monkeypatch.setattr(gpu_check, "generated_task", lambda name, rows, **_: name)
     monkeypatch.setattr(gpu_check, "plain_sgd_epoch", lambda task, batch, device: 0.5)
 
     def short_run(task, method, device):
