@@ -77,6 +77,7 @@ def prior_draws(generators: list[torch.Generator], dim: int, prior_variance: flo
 
 class AnchoredEnsemble(Approximator):
     name = "ae"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "anchored ensemble: members trained from scratch towards anchors drawn from the prior"
     paper = "Pearce et al. 2020"
     Config = AnchoredConfig

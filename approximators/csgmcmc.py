@@ -116,6 +116,7 @@ def cyclical_schedule(first: float, steps: int, cycles: int) -> tuple[list[float
 
 class CyclicalSGMCMC(Approximator):
     name = "csgmcmc"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "cyclical SG-MCMC: cosine step-size cycles, exploration then SGHMC/SGLD sampling"
     paper = "Zhang et al. 2020"
     Config = CyclicalConfig

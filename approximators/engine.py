@@ -32,6 +32,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import TrainingDiverged
 from bench.functional import StackedModel
@@ -141,21 +142,52 @@ def run(
     # many times its gradient runs each minibatch through the network (charged that many times).
     gradient = getattr(rule, "gradient", None)
     passes = getattr(rule, "passes_per_batch", 1)
-    step = 0
-    for epoch in range(epochs):
-        order = rows[torch.stack([member_order(len(rows), g) for g in shufflers])]
-        for start in range(0, len(rows), batch_size):
+    rule_generators = list(getattr(rule, "generators", None) or [])
+    epoch, start, step, order = 0, 0, 0, None
+    tape = checkpoint.active()
+    saved = tape.enter_call() if tape is not None else None
+    if saved is not None:  # a stopped run replays toward where it stopped (bench.checkpoint)
+        if saved.get("skip"):
+            tape.leave_call(lambda: {})
+            return state  # not trained: what it would have fed is restored at the resume point
+        checkpoint.restore(state, saved["state"])
+        checkpoint.restore(rule_generators, saved["rule_generators"])
+        if saved["kind"] == "step":
+            checkpoint.restore(shufflers, saved["shufflers"])
+            epoch, start, step, order = saved["epoch"], saved["start"], saved["step"], saved["order"].to(rows.device)
+        else:
+            epoch = epochs
+        tape.resumed_here()
+
+    def call_state(kind: str) -> dict:
+        """This call's state as the run's checkpoint keeps it (``kind``: ``"step"`` between steps, ``"end"``)."""
+        kept = {"kind": kind, "state": checkpoint.capture(state), "rule_generators": checkpoint.capture(rule_generators)}
+        if kind == "step":
+            kept.update(shufflers=checkpoint.capture(shufflers), epoch=epoch, start=start, step=step,
+                        order=None if order is None else order.clone())
+        return kept
+
+    while epoch < epochs:
+        if order is None:
+            order = rows[torch.stack([member_order(len(rows), g) for g in shufflers])]
+        while start < len(rows):
             x, y = data.batch(order[:, start:start + batch_size], passes=passes)
             grads = objective.gradient(state.params, x, y) if gradient is None else gradient(objective, state, x, y)
             state = rule.update(state, grads, step)
             if on_step is not None:
                 on_step(state, step)
             step += 1
+            start += batch_size
+            if tape is not None:
+                tape.after_step(lambda: call_state("step"))
         if not bool(torch.isfinite(state.params).all()):  # once per epoch: a NaN sample would poison the average
             raise TrainingDiverged(f"training diverged in epoch {epoch + 1}: non-finite parameters; lower the step "
                                    f"size (--set lr=...)")
         if on_epoch is not None:
             on_epoch(state, epoch)
+        epoch, start, order = epoch + 1, 0, None
+    if tape is not None:
+        tape.leave_call(lambda: call_state("end"))
     return state
 
 
@@ -172,6 +204,15 @@ class KeepBest:
         self.objective, self.data, self.validation = objective, data, validation
         self.params: torch.Tensor | None = None
         self.loss: torch.Tensor | None = None
+        checkpoint.track(self)
+
+    def state_dict(self) -> dict:
+        """What a run's checkpoint keeps: the best weights and their losses so far (None before the first epoch)."""
+        return {"params": self.params, "loss": self.loss}
+
+    def load_state_dict(self, state: dict) -> None:
+        device = self.data.device
+        self.params, self.loss = (None if state[key] is None else state[key].to(device) for key in ("params", "loss"))
 
     def __call__(self, state: Any, epoch: int) -> None:
         params = state.params.detach()

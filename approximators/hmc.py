@@ -57,6 +57,7 @@ import torch
 
 from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveAccumulator, Problem,
                                 member_generators, next_seed)
+from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError, SamplerStuck
 from bench.functional import StackedModel
@@ -120,6 +121,13 @@ class EvenlyKept:
         """Whether the next offered sample will be kept (so that only kept samples are evaluated)."""
         return self.offered % self.stride == 0
 
+    def state_dict(self) -> dict:
+        """What a run's checkpoint keeps: the stride, the samples offered and the outputs kept (copies)."""
+        return {"stride": self.stride, "offered": self.offered, "outputs": [o.clone() for o in self.outputs]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stride, self.offered, self.outputs = int(state["stride"]), int(state["offered"]), list(state["outputs"])
+
     def offer(self, outputs: torch.Tensor | None) -> None:
         """The next sample's outputs ``(C, N_test, n_outputs)`` (None when :meth:`wants_next` was false)."""
         if self.wants_next():
@@ -131,6 +139,7 @@ class EvenlyKept:
 
 class BudgetedHMC(Approximator):
     name = "hmc"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "full-batch HMC, the references' sampler, under the budget: one epoch per chain-gradient"
     paper = "Neal 2011; Izmailov et al. 2021"
     Config = HMCConfig
@@ -191,18 +200,31 @@ class BudgetedHMC(Approximator):
         fixed_length = c.trajectory_length or hmc.default_trajectory_length(problem.prior_variance)
         start = initial.clone()
         state = hmc.init(initial, target, c.initial_step_size, adapt=True)
-        allowance = self._gradients_left(meter) // 2
-        if not c.leapfrog_steps:  # one-step rounds first: a trajectory of length tau at a tiny step is tau / eps steps
-            left = self._gradients_left(meter)
-            state = hmc.find_reasonable_step_size(state, target, generators, integrator, max_doublings=SEARCH_ROUNDS,
-                                                  max_gradients=allowance)
-            allowance -= left - self._gradients_left(meter)
-        state = hmc.find_reasonable_step_size(  # dual averaging restarts there, centred on the step found
-            state, target, generators, integrator, max_doublings=SEARCH_ROUNDS, n_leapfrog=c.leapfrog_steps,
-            trajectory_length=None if c.leapfrog_steps else fixed_length, max_leapfrog_steps=MAX_LEAPFROG_STEPS,
-            max_gradients=allowance, adaptation_centre=1.0)
+        tape = checkpoint.active()
+        # The step-size search is one resumable call and the sampling another (bench.checkpoint): a resumed run
+        # replaying past the search skips it, since the sampling's saved state holds what it found.
+        saved = tape.enter_call() if tape is not None else None
+        if saved is None:
+            state = self._searched(state, target, generators, integrator, fixed_length, meter)
+        elif not saved.get("skip"):
+            state = _state_from(saved["hmc"], data.device)
+            tape.resumed_here()
+        if tape is not None:
+            tape.leave_call(lambda: {"kind": "end", "hmc": _state_dict(state)})
         kept = EvenlyKept(c.max_samples)
         iterations, burn_in_iterations, accepted = 0, 0, 0.0
+        saved = tape.enter_call() if tape is not None else None
+        if saved is not None:
+            state, start = _state_from(saved["hmc"], data.device), saved["start"].to(data.device)
+            kept.load_state_dict(saved["kept"])
+            iterations, burn_in_iterations, accepted = saved["iterations"], saved["burn_in"], saved["accepted"]
+            tape.resumed_here()
+
+        def sampling(kind: str) -> dict:
+            """The sampling call's state as the run's checkpoint keeps it."""
+            return {"kind": kind, "hmc": _state_dict(state), "start": start.clone(), "kept": kept.state_dict(),
+                    "iterations": iterations, "burn_in": burn_in_iterations, "accepted": accepted}
+
         while True:
             adapting = state.adaptation is not None
             if adapting and meter.epochs_used >= c.burn_in * meter.budget_epochs:
@@ -218,9 +240,13 @@ class BudgetedHMC(Approximator):
             iterations += 1
             if adapting:
                 burn_in_iterations += 1
-                continue
-            accepted += float(info.accepted.double().mean())
-            kept.offer(_test_outputs(problem, model, state.position) if kept.wants_next() else None)
+            else:
+                accepted += float(info.accepted.double().mean())
+                kept.offer(_test_outputs(problem, model, state.position) if kept.wants_next() else None)
+            if tape is not None:
+                tape.after_step(lambda: sampling("step"))
+        if tape is not None:
+            tape.leave_call(lambda: sampling("end"))
         if not kept.outputs:
             raise BudgetExhausted(f"hmc: a budget of {meter.budget_epochs:g} epochs ended {c.chains} chain(s) after "
                                   f"{burn_in_iterations} burn-in iteration(s), before any sample; raise the budget, "
@@ -247,10 +273,49 @@ class BudgetedHMC(Approximator):
             self.report["warnings"] = warnings
         self._predictive = accumulator.result()
 
+    def _searched(self, state: hmc.HMCState, target, generators, integrator, fixed_length: float,
+                  meter) -> hmc.HMCState:
+        """The step size found for the trajectory: one-step rounds first where the trajectory has a fixed length (a
+        trajectory of length tau at a tiny step is tau / eps steps), then rounds of whole trajectories, after which
+        dual averaging restarts centred on the step found."""
+        c = self.config
+        allowance = self._gradients_left(meter) // 2
+        if not c.leapfrog_steps:
+            left = self._gradients_left(meter)
+            state = hmc.find_reasonable_step_size(state, target, generators, integrator, max_doublings=SEARCH_ROUNDS,
+                                                  max_gradients=allowance)
+            allowance -= left - self._gradients_left(meter)
+        return hmc.find_reasonable_step_size(
+            state, target, generators, integrator, max_doublings=SEARCH_ROUNDS, n_leapfrog=c.leapfrog_steps,
+            trajectory_length=None if c.leapfrog_steps else fixed_length, max_leapfrog_steps=MAX_LEAPFROG_STEPS,
+            max_gradients=allowance, adaptation_centre=1.0)
+
     @staticmethod
     def _gradients_left(meter) -> int:
         """Full-data chain-gradients the budget still pays for."""
         return round(meter.epochs_left * meter.n_train) // meter.n_train
+
+
+_ADAPTATION_FIELDS = ("mu", "h_bar", "log_step_bar", "iteration", "gamma", "t0", "kappa")
+
+
+def _state_dict(state: hmc.HMCState) -> dict:
+    """The chains' state as a run's checkpoint keeps it (tensors cloned; the adaptation's, or None once frozen)."""
+    adaptation = state.adaptation
+    return {"position": state.position.clone(), "log_likelihood": state.log_likelihood.clone(),
+            "log_prior": state.log_prior.clone(), "grad": state.grad.clone(), "step_size": state.step_size.clone(),
+            "adaptation": None if adaptation is None else {
+                name: (value.clone() if isinstance(value, torch.Tensor) else value)
+                for name, value in ((name, getattr(adaptation, name)) for name in _ADAPTATION_FIELDS)}}
+
+
+def _state_from(saved: dict, device: torch.device) -> hmc.HMCState:
+    """The chains' state :func:`_state_dict` kept, on ``device``."""
+    on = lambda value: value.to(device) if isinstance(value, torch.Tensor) else value  # noqa: E731
+    adaptation = saved["adaptation"]
+    return hmc.HMCState(*(on(saved[name]) for name in ("position", "log_likelihood", "log_prior", "grad", "step_size")),
+                        None if adaptation is None else hmc.DualAveraging(**{n: on(adaptation[n])
+                                                                            for n in _ADAPTATION_FIELDS}))
 
 
 def unmoved_chains(start: torch.Tensor, position: torch.Tensor, step_sizes: torch.Tensor, iterations: int) -> list[int]:

@@ -90,6 +90,7 @@ from approximators.base import (DRAWS_BOUNDS, EVAL_CHUNK, Approximator, Footprin
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
 from approximators.training import AdamConfig, Members, schedule_of, train_members
+from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
@@ -459,6 +460,7 @@ def _n_outputs(likelihood: Likelihood) -> int:
 
 class Laplace(Approximator):
     name = "laplace"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "Laplace: Gaussian at a MAP solution with GGN curvature (diagonal, or last layer full / Kronecker)"
     paper = "MacKay 1992; Ritter et al. 2018; Daxberger et al. 2021"
     Config = LaplaceConfig
@@ -499,7 +501,7 @@ class Laplace(Approximator):
         warning = map_warning(ratio, map_epochs)
         if warning:
             self.report["warnings"] = [warning]
-        draws = torch.Generator().manual_seed(next_seed(member))
+        draws = checkpoint.track(torch.Generator().manual_seed(next_seed(member)))
         if c.structure != "diagonal":
             self._predictive = last_layer_predictive(problem, start.model, theta, posterior, c.predictive,
                                                      c.samples, draws, generator)

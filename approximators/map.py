@@ -53,6 +53,7 @@ MAP_DEFAULTS = {**EMBEDDED_DEFAULTS,
 
 class DeepEnsemble(Approximator):
     name = "de"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "deep ensemble of MAP networks, budget split evenly over members"
     paper = "Lakshminarayanan et al. 2017"
     Config = MAPConfig

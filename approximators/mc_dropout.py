@@ -50,6 +50,7 @@ from approximators.base import (DRAWS_BOUNDS, Approximator, PredictiveAccumulato
                                 member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.training import AdamConfig, Members, schedule_of, train_members
+from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
@@ -129,6 +130,7 @@ class DropoutNetwork:
 
 class MCDropout(Approximator):
     name = "mc-dropout"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "MC dropout: MAP training of the network with dropout, predictive averaged over dropout masks"
     paper = "Gal & Ghahramani 2016"
     Config = MCDropoutConfig
@@ -156,7 +158,7 @@ class MCDropout(Approximator):
         epochs, sites = self.plan(data.meter.budget_epochs)
         (member,) = member_generators(generator, 1)
         start = Members.start(problem, data, [member])
-        masks = torch.Generator(device=data.device).manual_seed(next_seed(member))
+        masks = checkpoint.track(torch.Generator(device=data.device).manual_seed(next_seed(member)))
         network = DropoutNetwork(problem.model_factory(), sites, c.rate, masks)
         trained = train_members(network, start.model.layout.unflatten(start.params), data, problem.likelihood,
                                 problem.prior_variance, epochs, schedule_of(c), start.order_seeds)

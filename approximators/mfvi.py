@@ -184,6 +184,7 @@ def inverse_softplus(value: float) -> float:
 
 class MFVI(Approximator):
     name = "mfvi"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "mean-field VI (Bayes by Backprop): reparameterised Gaussian posterior, exact KL, MAP start"
     paper = "Blundell et al. 2015"
     Config = MFVIConfig

@@ -118,6 +118,7 @@ def allocation(budget: float, first_epochs: int, sequential_epochs: int,
 
 class SequentialAnchoredEnsemble(Approximator):
     name = "sae"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "sequential anchored ensembles: chains of members with guided-walk anchors, warm-started"
     paper = "Delaunoy & Louppe 2021"
     Config = SAEConfig

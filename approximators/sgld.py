@@ -47,6 +47,7 @@ from approximators.base import (Approximator, Footprint, PredictiveAccumulator, 
                                 member_generators, next_seed, steps_for)
 from approximators.training import Members
 from approximators.updates import SGLD
+from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
 
@@ -102,12 +103,13 @@ def polynomial_schedule(first: float, b: float, gamma: float, steps: int) -> lis
 def chain_generators(generator: torch.Generator, chains: int, device: torch.device) -> tuple[list, list]:
     """Per chain: a CPU generator (initialisation, data order) and a generator on ``device`` (noise)."""
     generators = member_generators(generator, chains)
-    noise = [torch.Generator(device=device).manual_seed(next_seed(g)) for g in generators]
+    noise = [checkpoint.track(torch.Generator(device=device).manual_seed(next_seed(g))) for g in generators]
     return generators, noise
 
 
 class StochasticGradientLangevin(Approximator):
     name = "sgld"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "SGLD: Langevin dynamics with minibatch gradients, vectorised chains, samples averaged"
     paper = "Welling & Teh 2011"
     Config = SGLDConfig

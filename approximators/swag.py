@@ -63,6 +63,7 @@ from approximators.base import (SCHEDULE_WOULD_RISE, DRAWS_BOUNDS, Approximator,
                                 PredictiveAccumulator, Problem, epochs_unspent, member_generators, steps_for)
 from approximators.training import Members
 from approximators.updates import SGD
+from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
 
@@ -182,6 +183,7 @@ def cyclic_rates(config: SWAGConfig, steps: int) -> list[float]:
 
 class SWAG(Approximator):
     name = "swag"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "SWAG: Gaussian with diagonal plus low-rank covariance fitted to the SGD trajectory"
     paper = "Maddox et al. 2019"
     Config = SWAGConfig
@@ -230,7 +232,7 @@ class SWAG(Approximator):
         rates = [rate for rate in epoch_rates(c, first, first) for _ in range(steps_in_epoch)]
         rates += cyclic_rates(c, period) * snapshots if c.cyclic else [c.swa_lr] * snapshots * period
         rates += [c.swa_lr] * (epochs * steps_in_epoch - len(rates))  # steps after the last snapshot
-        moments = Moments.zeros(c.runs, layout.size, c.rank, data.device, members.params.dtype)
+        moments = checkpoint.track(Moments.zeros(c.runs, layout.size, c.rank, data.device, members.params.dtype))
 
         def collect(state, step):
             if step >= start and (step + 1 - start) % period == 0 and moments.count < snapshots:

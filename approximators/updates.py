@@ -139,6 +139,18 @@ class NoiseStream:
                                   dtype=like.dtype, device=like.device)
         self.position = self.buffer.shape[1]
 
+    def state_dict(self) -> dict:
+        """What a run's checkpoint keeps: the block drawn, the position in it, the generators' states."""
+        return {"buffer": self.buffer, "position": self.position,
+                "generators": [g.get_state() for g in self.generators]}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.buffer.copy_(state["buffer"])
+        self.position = int(state["position"])
+        for generator, saved in zip(self.generators, state["generators"], strict=True):
+            generator.set_state(saved)
+
     def next(self) -> torch.Tensor:
         if self.position == self.buffer.shape[1]:
             for block, generator in zip(self.buffer, self.generators):

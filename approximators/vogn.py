@@ -191,6 +191,7 @@ def tempering_schedule(steps: int, fraction: float, tau_start: float) -> list[fl
 
 class VOGN(Approximator):
     name = "vogn"
+    resumable = True  # a stopped run continues from its checkpoint (bench.checkpoint; tested)
     summary = "VOGN: mean-field Gaussian by natural-gradient VI with per-example Gauss-Newton curvature"
     paper = "Osawa et al. 2019"
     Config = VOGNConfig

@@ -56,6 +56,24 @@ def finite_epochs(text: str) -> float:
     return value
 
 
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_DURATION_SECONDS = 366 * 24 * 3600.0
+
+
+def duration_or_off(text: str) -> float | None:
+    """A time between checkpoints, ``30s``, ``5m``, ``1.5h`` (seconds without a unit), at least 1 s and at most a
+    year, or ``off`` (None: no checkpoints at all)."""
+    if text == "off":
+        return None
+    number, unit = (text[:-1], text[-1]) if text[-1:] in DURATION_UNITS else (text, "s")
+    if not NUMBER.fullmatch(number):
+        raise argparse.ArgumentTypeError(f"not a time such as 30s, 5m or 1.5h, or off: {text!r}")
+    seconds = float(number) * DURATION_UNITS[unit]
+    if not 1 <= seconds <= MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(f"must lie between 1 s and a year, got {text!r}")
+    return seconds
+
+
 def positive_whole(text: str) -> int:
     value = whole_number(text)
     if value < 1:

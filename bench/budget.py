@@ -157,6 +157,24 @@ class BudgetMeter:
             raise MeterMisuse(f"test passes were reported on {self._n_test} test rows, now on {n_test}")
         _assign(self, _n_test=n_test, _test_examples=self._test_examples + n_rows)
 
+    def counts(self) -> dict:
+        """What the meter has counted, as :meth:`restore_counts` takes it (a run's checkpoint keeps it)."""
+        return {"examples": self._examples, "test_examples": self._test_examples, "n_test": self._n_test}
+
+    def restore_counts(self, examples: int, test_examples: int, n_test: int) -> None:
+        """The harness resumes a stopped run: the meter holds what it had counted when the run's checkpoint was written
+        (:mod:`bench.checkpoint`), so that a resumed run can never spend more than its budget."""
+        examples = _count(examples, "the examples charged", 0)
+        if examples > self._limit:
+            raise MeterMisuse(f"a checkpoint claims {examples} examples charged, more than the budget's {self._limit}")
+        _assign(self, _examples=examples, _test_examples=_count(test_examples, "test rows", 0),
+                _n_test=_count(n_test, "the test set size", 0))
+        if self._on_progress is not None:
+            step = self._report_step
+            _assign(self, _next_report=min((examples // step + 1) * step, self._limit)
+                    if examples < self._limit else self._limit + 1)
+            self._on_progress(self.epochs_used)
+
     def summary(self) -> dict:
         return {"budget": self._budget_epochs, "epochs_used": self.epochs_used,
                 "examples_charged": self._examples, "test_passes": self.test_passes}

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NoReturn
 
-from bench import descendants
+from bench import descendants, interrupts
 from bench.errors import (COMMAND_LINE, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError, ConfigError,
                           FailedElsewhere, Spelling, describe_failure, terminal_text)
 
@@ -200,10 +200,10 @@ def end_process(code: int) -> NoReturn:
 
 def _serve(connection, threads: int, parent_pid: int, token: str, kernels: dict[str, str] | None = None) -> None:
     """A local worker process: answers each request it receives (``("run", spec, progress)``: the run's
-    :class:`Outcome`, with ``("epochs", used)`` messages before it when ``progress``; ``("check", methods,
-    cases)``: :func:`check_methods`'s; ``("call", function, args)``: :func:`called`'s), telling the parent which
-    method's code it is in as it enters and leaves it (``("in", name, part)``). It leads a process group of its
-    own, adopts what its method's processes orphan and marks its environment with ``token``
+    :class:`Outcome`, with ``("epochs", used)`` and ``("phase", Phase)`` messages before it when ``progress``;
+    ``("check", methods, cases)``: :func:`check_methods`'s; ``("call", function, args)``: :func:`called`'s), telling
+    the parent which method's code it is in as it enters and leaves it (``("in", name, part)``). It leads a process
+    group of its own, adopts what its method's processes orphan and marks its environment with ``token``
     (:mod:`bench.descendants`): after each run or call, what the method started and left running is killed, with
     a note. A ``KeyboardInterrupt`` raised here is the method's (this process receives no Ctrl-C: it is in a group
     of its own and ignores SIGINT), and nothing it raises prints a traceback. ``kernels``: variables that choose
@@ -221,6 +221,8 @@ def _serve_requests(connection, threads: int, parent_pid: int, token: str, kerne
     descendants.lead_group()
     descendants.adopt_orphans()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep stops us
+    # by SIGTERM (as a scheduler stops every process of a job): the run writes its checkpoint, then ends
+    signal.signal(signal.SIGTERM, interrupts.on_sigterm)
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     import torch
 
@@ -244,8 +246,13 @@ def _serve_requests(connection, threads: int, parent_pid: int, token: str, kerne
         entered[:] = [None, None]
         try:
             if request[0] == "run":
+                from bench.progress import observed  # here: it loads torch, after the thread variables are set
+
                 _, spec, progress = request
-                outcome = attempt(spec, (lambda used: connection.send(("epochs", used))) if progress else None)
+                # The run's phases beside training (bench.progress.Phase: its predictive, its scoring) go where its
+                # epochs go.
+                with observed((lambda phase: connection.send(("phase", phase))) if progress else None):
+                    outcome = attempt(spec, (lambda used: connection.send(("epochs", used))) if progress else None)
             elif request[0] == "call":
                 outcome = called(request[1], *request[2])
             else:
@@ -322,11 +329,12 @@ class _Worker:
         return self.connection in connections or self.process.sentinel in connections
 
     def stop(self, kill: bool) -> None:
-        """Ends the worker (at once with ``kill``, an interrupt's, else once it has answered) and every process
-        its method started, with a note when there were any (none after an interrupt: all is stopped)."""
+        """Ends the worker (with ``kill``, an interrupt's: by SIGTERM, so that its run writes its checkpoint at the end
+        of its training step, :mod:`bench.checkpoint`; else once it has answered) and every process its method
+        started, with a note when there were any (none after an interrupt: all is stopped)."""
         self.connection.close()
         if kill:
-            self.process.kill()
+            self.process.terminate()
         self.process.join(STOP_SECONDS)
         if self.process.is_alive():  # held up by something it runs: it has had its chance
             self.process.kill()

@@ -13,12 +13,15 @@ import contextlib
 import signal
 import sys
 import threading
+from typing import Callable
 
 EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 70, 130, 143  # bench.errors' codes, repeated so that nothing
 # heavy is imported first
 
 _interrupted = False
 _terminated = False
+_defer_while = None  # a predicate: while it holds, a first stop waits (see deferred)
+_stop_pending = False
 
 
 def interrupt_arrived() -> bool:
@@ -33,10 +36,41 @@ def termination_arrived() -> bool:
 
 
 def on_interrupt(_signum, _frame):
-    """The SIGINT handler: records the interrupt and raises ``KeyboardInterrupt``."""
-    global _interrupted
+    """The SIGINT handler: records the interrupt and raises ``KeyboardInterrupt``, unless a run asked a first stop to
+    wait for a point where its state is whole (:func:`deferred`): then the stop is pending (:func:`stop_requested`)
+    and a second one raises at once."""
+    global _interrupted, _stop_pending
     _interrupted = True
+    if _defer_while is not None and not _stop_pending and _defer_while():
+        _stop_pending = True
+        return
     raise KeyboardInterrupt
+
+
+def stop_requested() -> bool:
+    """Whether a stop is pending: it arrived while :func:`deferred` let it wait, and the run should stop at its next
+    whole state."""
+    return _stop_pending
+
+
+def request_stop() -> None:
+    """Makes a stop pending, as a first Ctrl-C within :func:`deferred` does (tests stop a run at a chosen step)."""
+    global _stop_pending
+    _stop_pending = True
+
+
+@contextlib.contextmanager
+def deferred(while_: Callable[[], bool]):
+    """Within the block, a first Ctrl-C or SIGTERM that arrives while ``while_()`` holds (a run inside a training
+    step) does not raise: it is pending (:func:`stop_requested`) until the run writes its checkpoint and stops; a
+    second one raises at once. Outside ``while_`` it raises as always."""
+    global _defer_while, _stop_pending
+    earlier = _defer_while
+    _defer_while, _stop_pending = while_, False
+    try:
+        yield
+    finally:
+        _defer_while, _stop_pending = earlier, False
 
 
 def on_sigterm(_signum, _frame):

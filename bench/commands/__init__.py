@@ -24,9 +24,25 @@ INTERRUPTED = {
 }
 """What an interrupted command left, by command (``tasks`` and ``methods`` only read: nothing to say)."""
 
+RESUMABLE = {
+    "run": "finished runs are complete; the interrupted one's progress is kept in {path}: run the same command again "
+           "to continue it",
+    "sweep": "finished runs are complete; {count} unfinished run(s) kept their progress ({path}{more}): run the same "
+             "command again to resume the sweep, and they continue where they stopped",
+}
+"""What an interrupted ``run`` or ``sweep`` left when its stopped runs wrote their checkpoints (:mod:`bench.checkpoint`)."""
 
-def interrupted_line(command: str | None) -> str:
-    """The one line of a command interrupted by Ctrl-C or terminated by SIGTERM."""
-    left = INTERRUPTED.get(command)
+
+def interrupted_line(command: str | None, kept: list | None = None) -> str:
+    """The one line of a command interrupted by Ctrl-C or terminated by SIGTERM, naming the checkpoints its stopped
+    runs wrote (:mod:`bench.checkpoint`): ``kept`` (a sweep's, found in its runs' folders), else the one this process
+    wrote."""
+    from bench.checkpoint import kept_on_stop
+    from bench.errors import terminal_text
+
+    kept = list(kept or ([] if kept_on_stop() is None else [kept_on_stop()]))
+    left = RESUMABLE[command].format(path=terminal_text(kept[0]), count=len(kept),
+                                     more=f" and {len(kept) - 1} more" if len(kept) > 1 else "") \
+        if kept and command in RESUMABLE else INTERRUPTED.get(command)
     return f"error: {interrupts.stopped()}" \
         + (f"; {left}" if left else "")

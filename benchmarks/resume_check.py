@@ -1,0 +1,138 @@
+"""Runs stopped by SIGTERM half way and run again with the same command: the time they take, and the same predictions.
+
+    python benchmarks/resume_check.py [--methods swag sae csgmcmc vogn hmc] [--budget 1000] [--out FILE]
+
+For each method, on ``digits`` with its defaults: the command line ``python -m bench --method M --budget B --task
+digits`` run once uninterrupted (T seconds, process start to end), then once more into another folder, stopped by
+SIGTERM after T / 2 seconds (exit 143, its checkpoint written), then the same command again, which resumes (R
+seconds). The table gives T, R, R / T (about one half: the stopped run's training is not repeated; the replay toward
+the resume point and the process's start cost the rest), where the run resumed from, whether it said so, and whether
+its predictions equal the uninterrupted run's bit for bit (their sha256 in the records). It also gives, for each
+competition model with ``sgd`` and ``sae`` on generated data (a rehearsal's), the seconds to write one checkpoint, as
+a share of the default interval between checkpoints (``bench.checkpoint.DEFAULT_EVERY_SECONDS``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench import checkpoint, records, scripts
+from bench.arguments import budget_epochs
+
+ROOT = Path(__file__).resolve().parent.parent
+METHODS = ("swag", "sae", "csgmcmc", "vogn", "hmc")
+WAIT_SECONDS = 3600
+"""The longest one command of the check may take (a bound on every wait)."""
+
+
+def _command(method: str, budget: float, out: Path) -> list[str]:
+    return [sys.executable, "-m", "bench", "--method", method, "--budget", f"{budget:g}", "--task", "digits",
+            "--out", str(out), "--quiet", "--checkpoint-every", "1h"]
+
+
+def _timed(command: list[str], stop_after: float | None = None) -> tuple[float, int, str]:
+    """Seconds from start to end, the exit code and standard error of ``command``, stopped by SIGTERM after
+    ``stop_after`` seconds when given."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        if stop_after is not None:
+            try:
+                process.wait(timeout=stop_after)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return time.perf_counter() - started, process.returncode, err
+
+
+def resume_row(method: str, budget: float, root: Path) -> dict:
+    whole_seconds, code, err = _timed(_command(method, budget, root / "whole"))
+    if code != 0:
+        raise RuntimeError(f"{method}: the uninterrupted run failed: {err.strip().splitlines()[-1:]}")
+    stopped = root / "stopped"
+    _, code, err = _timed(_command(method, budget, stopped), stop_after=whole_seconds / 2)
+    if code != 143:
+        raise RuntimeError(f"{method}: the run stopped half way ended with {code}, not 143: {err.strip()[-300:]}")
+    resumed_seconds, code, err = _timed(_command(method, budget, stopped))
+    if code != 0:
+        raise RuntimeError(f"{method}: the resumed run failed: {err.strip().splitlines()[-1:]}")
+    whole = records.read_result(records.run_folder(root / "whole", "digits", method, budget, 0))
+    resumed = records.read_result(records.run_folder(stopped, "digits", method, budget, 0))
+    return {"method": method, "budget": budget, "uninterrupted (s)": round(whole_seconds, 1),
+            "resumed (s)": round(resumed_seconds, 1), "resumed / uninterrupted": resumed_seconds / whole_seconds,
+            "resumed from (epochs)": round(resumed["resumed"][0]["from_epochs"], 1),
+            "said so": "yes" if "resuming from its checkpoint" in err else "no",
+            "same predictions": "yes" if resumed["predictions_sha256"] == whole["predictions_sha256"] else "NO"}
+
+
+def write_cost_rows(rows_to_train: int) -> list[dict]:
+    """Seconds to write one checkpoint of ``sgd`` and ``sae`` on each competition model (generated data), as a share
+    of the default interval."""
+    from bench import rehearsal
+    from bench.runner import RunSpec, run
+
+    rows = []
+    for task in ("cifar10", "cifar10c", "imdb", "dermamnist", "uci-gap"):
+        for method, settings in (("sgd", ()), ("sae", (("first_epochs", "1"), ("sequential_epochs", "1")))):
+            writes: list[float] = []
+            original = checkpoint.write_point
+
+            def timed_write(*args, **kwargs):
+                started = time.perf_counter()
+                path = original(*args, **kwargs)
+                writes.append(time.perf_counter() - started)
+                return path
+
+            checkpoint.write_point = timed_write
+            try:
+                with tempfile.TemporaryDirectory() as out:
+                    spec = RunSpec(task=task, method=method, budget=2, out=Path(out), overrides=settings,
+                                   checkpoint_every=1.0, rehearsal=rehearsal.Rehearsal(rows=rows_to_train))
+                    checkpoint.Tape.stop_after_steps = 3
+                    try:
+                        run(spec)
+                    except checkpoint.Stopped as stop:
+                        size = stop.path.stat().st_size
+            finally:
+                checkpoint.write_point, checkpoint.Tape.stop_after_steps = original, None
+            rows.append({"task": task, "method": method, "checkpoint (MB)": round(size / 2**20, 1),
+                         "write (s)": max(writes),
+                         "share of the default interval": max(writes) / checkpoint.DEFAULT_EVERY_SECONDS})
+    return rows
+
+
+def main() -> None:
+    parser = scripts.parser(__file__, __doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--budget", type=budget_epochs, default=1000.0)
+    parser.add_argument("--rehearse-rows", type=int, default=256,
+                        help="training rows of the generated competition data for the write cost")
+    scripts.out_option(parser)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as work:
+        resumes = [resume_row(method, args.budget, Path(work) / method) for method in args.methods]
+    for row in resumes:
+        print(row, flush=True)
+    costs = write_cost_rows(args.rehearse_rows)
+    for row in costs:
+        print(row, flush=True)
+    scripts.keep(args.out, __file__, started, {"resume": resumes, "write-cost": costs})
+
+
+if __name__ == "__main__":
+    scripts.run(main)
