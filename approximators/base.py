@@ -15,21 +15,26 @@ never by keeping members in memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import sys
 import typing
+import weakref
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from bench import checkpoint
 from bench.arguments import NUMBER, WHOLE_NUMBER
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import COMMAND_LINE, ConfigError, DoesNotFit, Spelling, shown
-from bench.memory import Room, room
+from bench.memory import Room, gpu_room, room
+from bench.progress import members_evaluated
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
 from bench.tasks import PREDICTIVE_SAMPLES, Task, all_task_names
@@ -89,24 +94,42 @@ class PredictiveAccumulator:
             s, m = problem.n_predictive_samples, n_members
             self._counts = [s // m + (i < s % m) for i in range(m)]
             self._samples = torch.empty(n_test, s, dtype=torch.float64)
+        checkpoint.track(self)
+
+    def state_dict(self) -> dict:
+        """What a run's checkpoint keeps of the average so far (:mod:`bench.checkpoint`)."""
+        kept = self._sum if self.problem.kind == "classification" else self._samples
+        return {"added": self.added, "kept": kept}
+
+    def load_state_dict(self, state: dict) -> None:
+        kept = self._sum if self.problem.kind == "classification" else self._samples
+        kept.copy_(state["kept"])
+        self.added = int(state["added"])
 
     def _outputs(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(K, N_test, n_outputs)`` for K stacked members, evaluated in chunks of test rows."""
         x = self.problem.x_test
+        k, n = next(iter(params.values())).shape[0], x.shape[0]
+        chunks = []
         with torch.no_grad():
-            chunks = [self.model(params, x[i:i + EVAL_CHUNK], shared_input=True)
-                      for i in range(0, x.shape[0], EVAL_CHUNK)]
-        k = next(iter(params.values())).shape[0]
+            for i in range(0, n, EVAL_CHUNK):
+                chunks.append(self.model(params, x[i:i + EVAL_CHUNK], shared_input=True))
+                members_evaluated(self.added + k * min(i + EVAL_CHUNK, n) / n, self.n_members)  # a progress bar's
         self.problem.meter.record_test_pass(k * x.shape[0], x.shape[0])
         return torch.cat(chunks, dim=1).double().cpu()
 
     def add(self, params: dict[str, torch.Tensor]) -> None:
-        """Adds K trained members given as stacked parameters ``{name: (K, *shape)}``."""
+        """Adds K trained members given as stacked parameters ``{name: (K, *shape)}`` (nothing while a resumed run
+        replays toward where it stopped: the average is restored there)."""
+        if _replaying():
+            return
         self.add_outputs(self._outputs({n: p.detach() for n, p in params.items()}))
 
     def add_outputs(self, outputs: torch.Tensor) -> None:
         """Adds K members given by their outputs on the test inputs, ``(K, N_test, n_outputs)`` float64 on the CPU
         (a method that evaluates them itself, as Laplace's linearised predictive, charges their test passes)."""
+        if _replaying():
+            return
         k = outputs.shape[0]
         if self.added + k > self.n_members:
             raise RuntimeError(f"more members added ({self.added + k}) than announced ({self.n_members})")
@@ -120,6 +143,7 @@ class PredictiveAccumulator:
                     outputs[member], count, self.generator)
                 start += count
         self.added += k
+        members_evaluated(self.added, self.n_members)
 
     def result(self) -> np.ndarray:
         if self.added != self.n_members:
@@ -129,17 +153,25 @@ class PredictiveAccumulator:
         return self._samples.numpy()
 
 
+RUN_OVERHEAD_BYTES = 8 * 2**20
+"""What any run adds to its process's memory whatever its network, in the memory plan: the working buffers PyTorch
+and its maths libraries allocate on first use during the first training steps and the first pass over the test set
+(10 to 13 MiB measured on the 552-parameter MLP of ``uci-gap``, ``benchmarks/memory_plan.py --competition``), counted
+on the host; without it a small network's plan would be a fraction of what its run holds."""
+
 STATE_COPIES = 8
 """Parameter-sized tensors a network in training holds at once in the memory plan (parameters, gradient,
 two optimiser moments, anchor, best-so-far copy and working space)."""
 
-ACTIVATION_COPIES = 2
-"""Copies of what a network's forward pass saves for its backward pass (:func:`activations_per_row`) that a training
-step holds per row at its peak in the memory plan: the saved tensors and the gradients with respect to them."""
+BYTES_PER_OUTPUT = 16
+"""Bytes per member, test row and output that the predictive holds at once while it gathers a member's outputs
+(:class:`PredictiveAccumulator`): on the run's device the float32 chunks and their concatenation (4 + 4) and its
+float64 copy (8); on the host that copy (8) and its probabilities (8). On the CPU both are one memory, one after the
+other."""
 
-BYTES_PER_OUTPUT = 20
-"""Bytes the predictive holds per member, test row and output while it is evaluated: the float32 chunks, their
-concatenation and its float64 copy."""
+BYTES_PER_KEPT_PREDICTION = 8
+"""Bytes per test row and kept number of the running predictive (:class:`PredictiveAccumulator`: float64 sums of
+probabilities, or the regression's samples), on the host."""
 
 BYTES_PER_SCHEDULE_STEP = 32
 """A per-step schedule entry held as a Python float in a list (the object and its pointer)."""
@@ -147,11 +179,35 @@ BYTES_PER_SCHEDULE_STEP = 32
 
 MEMBER_COPIES = 2
 """Parameter-sized tensors the memory plan counts for every member or chain a run creates, trained together or
-not: its initial parameters and its anchor, which the methods build for all members before training them."""
+not: its initial parameters and its anchor, which the methods build for all members before training them (on the
+host: a run copies them to its device when it trains them, a copy :data:`STATE_COPIES` counts)."""
 
 MEMBER_OVERHEAD_BYTES = 4096
 """What else a member or chain holds while the run lasts: its ``torch.Generator`` (2.7 kB measured, 100,000 of them
 at once), its seeds and list entries, rounded up."""
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """What one network holds per input row, measured on the CPU by :func:`activations_per_row`: ``training``, bytes
+    at the peak of a training step (its forward pass, what autograd saves, and its backward pass's gradients);
+    ``evaluation``, bytes at the peak of a forward pass without gradients (the predictive's); ``outputs``, the numbers
+    it outputs per row."""
+
+    training: int = 0
+    evaluation: int = 0
+    outputs: int = 0
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a run needs at least: ``device``, bytes on its device (on the CPU: everything it holds), and ``host``,
+    bytes of the host's memory besides (0 when the device is the CPU); ``data``, bytes of its training and test data
+    already on a GPU, which the device's free memory no longer includes."""
+
+    device: int
+    host: int = 0
+    data: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,7 +219,8 @@ class Footprint:
     parameter-sized vectors it keeps (SWAG's moments and deviations, VOGN's per-example gradients); ``members``:
     members or chains it creates in all, together or one group after another (:data:`MEMBER_COPIES`,
     :data:`MEMBER_OVERHEAD_BYTES`); ``rows``: the rows each network computes on in one step (its minibatch, or
-    the training set for a full-batch method), whose activations it holds (:data:`ACTIVATION_COPIES`)."""
+    the training set for a full-batch method), whose training step's activations it holds
+    (:attr:`RowCosts.training`)."""
 
     networks: int
     schedule_steps: int
@@ -172,56 +229,189 @@ class Footprint:
     members: int = 0
     rows: int = 0
 
-    def bytes(self, n_params: int, row_bytes: int = 0, n_outputs: int = 0, n_test: int = 0) -> int:
-        """Bytes for networks of ``n_params`` parameters whose forward pass saves ``row_bytes`` per input row for
-        its backward pass, predicting ``n_outputs`` numbers for each of ``n_test`` test rows: the training state
-        and what the members hold, plus the larger of a training step's activations and the predictive's
-        evaluation (its outputs, and its layers' outputs on a chunk of test rows, taken as one copy of what a
-        training step saves). It means to count no more than a run holds (``benchmarks/memory_plan.py``), so that
-        it refuses only what cannot fit; running out later is still the machine's refusal (exit 3)."""
-        state = (self.networks * STATE_COPIES + self.kept + self.members * MEMBER_COPIES) * n_params * 4 \
-            + self.schedule_steps * BYTES_PER_SCHEDULE_STEP + self.members * MEMBER_OVERHEAD_BYTES
-        training = self.networks * self.rows * row_bytes * ACTIVATION_COPIES
-        evaluation = self.networks * (min(n_test, EVAL_CHUNK) * row_bytes + n_test * n_outputs * BYTES_PER_OUTPUT)
-        return state + max(training, evaluation)
+    def needs(self, n_params: int, costs: RowCosts = RowCosts(), n_test: int = 0, kept_per_test_row: int = 0,
+              device_type: str = "cpu") -> Needs:
+        """What a run of networks of ``n_params`` float32 parameters, each holding ``costs`` per row, holds at its
+        peak, with ``n_test`` test rows of which the predictive keeps ``kept_per_test_row`` numbers each (the classes,
+        or a regression's samples), on a device of type ``device_type``.
+
+        On the device: each network's training state and kept vectors, then the larger of a training step's
+        activations (``rows`` rows) and the predictive's evaluation (the activations of a chunk of test rows, or the
+        members' outputs on all of them). On the host: what the members and the schedules hold, the running
+        predictive and the outputs it gathers, and :data:`RUN_OVERHEAD_BYTES`. On the CPU, one memory: the two
+        phases are one after the other, so the predictive's host part counts only beside the evaluation.
+
+        Everything counted is held at once, so the plan counts no more than a run holds (``python
+        benchmarks/memory_plan.py --competition`` measures it against real peaks), and it refuses only what cannot
+        fit; running out later is still the machine's refusal (exit 3)."""
+        parameters = n_params * 4
+        state = (self.networks * STATE_COPIES + self.kept) * parameters
+        members = self.members * (MEMBER_COPIES * parameters + MEMBER_OVERHEAD_BYTES)
+        schedule = self.schedule_steps * BYTES_PER_SCHEDULE_STEP
+        training = self.networks * self.rows * costs.training
+        chunk = self.networks * min(n_test, EVAL_CHUNK) * costs.evaluation
+        outputs = self.networks * n_test * costs.outputs * BYTES_PER_OUTPUT
+        average = n_test * kept_per_test_row * BYTES_PER_KEPT_PREDICTION
+        host = RUN_OVERHEAD_BYTES + members + schedule
+        if device_type == "cpu":
+            return Needs(host + state + max(training, average + max(chunk, outputs)))
+        return Needs(state + max(training, chunk, outputs), host + average + outputs)
+
+    def bytes(self, n_params: int, costs: RowCosts = RowCosts(), n_test: int = 0, kept_per_test_row: int = 0) -> int:
+        """What :meth:`needs` counts for a run on the CPU, in bytes."""
+        return self.needs(n_params, costs, n_test, kept_per_test_row).device
 
 
 PROBE_ROWS = 8
-"""Test rows of the forward pass that measures what a network's training step holds per row."""
+"""Test rows' shape of the passes that measure what a network holds per row (:func:`activations_per_row`)."""
+
+PROBE_NETWORKS = 2
+"""Networks stacked in the passes that measure what each of several networks trained or evaluated together holds
+(:func:`activations_per_row` with ``networks`` > 1): vectorised over the stack, a network's operations are batched
+ones, which may copy what a network alone would not."""
 
 
-def activations_per_row(model_factory: Callable[[], nn.Module], x: torch.Tensor) -> tuple[int, int]:
-    """For one network on the input rows ``x`` ``(R, *input_shape)``, R >= 2: the bytes per row of what its forward
-    pass saves for the backward pass (every saved tensor but its parameters and input, counted through
-    ``torch.autograd.graph.saved_tensors_hooks``), as the difference between passes on R and R // 2 rows (what it
-    saves once per pass, an LSTM's initial state, is left out), and the numbers it outputs per row (on the CPU).
-    PyTorch's global generator is left as it was (a run's results must not depend on its plan)."""
+def activations_per_row(model_factory: Callable[[], nn.Module], x: torch.Tensor, networks: int = 1,
+                        device_type: str = "cpu") -> RowCosts:
+    """What one network holds per input row at the peak of a training step and of a forward pass without gradients
+    (the predictive's), and the numbers it outputs per row, measured on the CPU with zeros of the shape and type of
+    ``x`` ``(R, *input_shape)``, R >= 2 (the plan reads no test row: the honesty probe counts every one a network
+    computes on), for a run that trains ``networks`` together on a device of type ``device_type``.
+
+    The passes are a run's own: the network's :class:`~bench.functional.StackedModel` with one parameter set, or
+    :data:`PROBE_NETWORKS` of them (vectorised, as a run trains several networks together; each holds its share),
+    each member on its own rows in training, all on the same rows in evaluation (the predictive's). Each pass is
+    watched by :class:`_HeldStorages`: every tensor an operation of the forward or the backward pass returns, from its
+    creation to its release, and the buffers a convolution holds inside itself (:meth:`_HeldStorages.inside`). The
+    same pass on R and R // 2 rows gives each tensor's bytes per row (those of parameter size, the gradients, have
+    none), and the peak is the most the tensors alive at once hold per row. What other kernels allocate inside
+    themselves and free before they return is not seen: the plan counts less than a run holds, never more. PyTorch's
+    global generator is left as it was (a run's results must not depend on its plan)."""
     with torch.random.fork_rng(devices=[]):
-        return _activations_per_row(model_factory, x)
+        module = model_factory()
+        big = torch.zeros(tuple(x.shape), dtype=x.dtype)
+        small = big[:big.shape[0] // 2].clone()
+        if networks > 1:
+            try:
+                return _row_costs(module, big, small, PROBE_NETWORKS, device_type)
+            except Exception:  # noqa: BLE001 - a network that does not vectorise: its plan is one network's
+                pass
+        return _row_costs(module, big, small, 1, device_type)
 
 
-def _activations_per_row(model_factory: Callable[[], nn.Module], x: torch.Tensor) -> tuple[int, int]:
-    model = model_factory()
+def _row_costs(module: nn.Module, big: torch.Tensor, small: torch.Tensor, k: int, device_type: str) -> RowCosts:
+    model = StackedModel(module)
+    params = {name: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) for name, p in module.named_parameters()}
+    rows, share = big.shape[0] - small.shape[0], k * (big.shape[0] - small.shape[0])
+    training = _per_row_peak(_training_pass(model, params, big, k, device_type),
+                             _training_pass(model, params, small, k, device_type), share)
+    (events, outputs), (few, _) = (_evaluation_pass(model, params, big, device_type),
+                                   _evaluation_pass(model, params, small, device_type))
+    return RowCosts(training, _per_row_peak(events, few, share), outputs // (k * big.shape[0]))
 
-    def saved_bytes(rows: torch.Tensor) -> tuple[int, int]:
-        own = {p.data_ptr() for p in model.parameters()} | {rows.data_ptr()}
-        saved: dict[tuple, int] = {}
 
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            if tensor.data_ptr() not in own:
-                saved[(tensor.data_ptr(), tuple(tensor.shape))] = tensor.numel() * tensor.element_size()
-            return tensor
+class _HeldStorages(TorchDispatchMode):
+    """Watches the storages of the tensors every ATen operation returns under it (the forward pass's, what a module
+    such as an LSTM computes inside itself, and the backward pass's), each from its creation to its release (a weak
+    reference's callback: PyTorch keeps a storage's Python object while the storage lives), as events: ``(i, bytes)``
+    when storage ``i`` is first seen, ``(i, -bytes)`` when it is released; and what a convolution holds inside itself
+    while it runs (:meth:`inside`) as events of its own. Storages in ``ignored`` (the parameters', the inputs') are not
+    watched."""
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            output = model(rows)
-        return sum(saved.values()), output.numel() // rows.shape[0]
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # PyTorch would otherwise import its compiler (2 s) to keep it out of __torch_dispatch__
 
-    # Zeros of the rows' shape and type: the plan reads no test row (the honesty probe counts every one a network
-    # computes on), and what is saved depends on shapes alone.
-    x = torch.zeros(tuple(x.shape), dtype=x.dtype)
-    half = x.shape[0] // 2
-    (full, outputs), (part, _) = saved_bytes(x.clone()), saved_bytes(x[:half].clone())
-    return max(math.ceil((full - part) / (x.shape[0] - half)), 0), outputs
+    def __init__(self, ignored: set[int], device_type: str):
+        super().__init__()
+        self.ignored, self.device_type, self.events, self._open, self._seen = ignored, device_type, [], {}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        inside = [self._event(size) for size in self.inside(func, args, result)]
+        for tensor in result if isinstance(result, (tuple, list)) else (result,):
+            if isinstance(tensor, torch.Tensor):
+                self._see(tensor.untyped_storage())
+        self.events += [(index, -size) for index, size in reversed(inside)]
+        return result
+
+    def inside(self, func, args, result) -> list[int]:
+        """Bytes of the buffers ``func`` holds while it computes ``result`` besides it, as PyTorch's convolutions do:
+        a contiguous copy of an input that is not contiguous (``aten/src/ATen/native/Convolution.cpp`` makes its
+        input contiguous, on every device), and on the CPU oneDNN's own layout of the larger of its input and output
+        (measured with Conv1d and Conv2d layers: the resident memory of a convolution is its output and one buffer
+        of that size, a channel count rounded up to a multiple of 8 aside). Other operations: none known."""
+        if func is not torch.ops.aten.convolution.default:
+            return []
+        source, output = args[0], result
+        sizes = [] if source.is_contiguous() else [source.numel() * source.element_size()]
+        if self.device_type == "cpu":
+            sizes.append(max(source.numel(), output.numel()) * output.element_size())
+        return sizes
+
+    def _event(self, size: int) -> tuple[int, int]:
+        self.events.append((self._seen, size))
+        self._seen += 1
+        return self._seen - 1, size
+
+    def _see(self, storage) -> None:
+        key, size = storage.data_ptr(), storage.nbytes()
+        if size and key not in self.ignored and key not in self._open:
+            self._open[key] = self._event(size)
+            weakref.finalize(storage, self._release, key).atexit = False
+
+    def _release(self, key: int) -> None:
+        index, size = self._open.pop(key)
+        self.events.append((index, -size))
+
+
+def _storages(*tensors: torch.Tensor) -> set[int]:
+    return {tensor.untyped_storage().data_ptr() for tensor in tensors}
+
+
+def _training_pass(model: StackedModel, params: dict[str, torch.Tensor], x: torch.Tensor, k: int,
+                   device_type: str) -> list[tuple[int, int]]:
+    """The events of a training step's forward and backward pass of ``k`` stacked networks, each on the rows ``x``
+    (the sum of the outputs as the loss: a likelihood's own tensors are a few numbers per row)."""
+    rows = x.unsqueeze(0).repeat(k, *[1] * x.dim())
+    leaves = {name: p.clone().requires_grad_(True) for name, p in params.items()}
+    held = _HeldStorages(_storages(rows, *leaves.values()), device_type)
+    with held:
+        torch.autograd.grad(model(leaves, rows, shared_input=False).sum(), list(leaves.values()))
+    return held.events
+
+
+def _evaluation_pass(model: StackedModel, params: dict[str, torch.Tensor], x: torch.Tensor,
+                     device_type: str) -> tuple[list[tuple[int, int]], int]:
+    """The events of a forward pass without gradients of the stacked networks on the shared rows ``x`` (the
+    predictive's), and how many numbers they output."""
+    held = _HeldStorages(_storages(x, *params.values()), device_type)
+    with torch.no_grad(), held:
+        outputs = model(params, x, shared_input=True).numel()
+    return held.events, outputs
+
+
+def _per_row_peak(big: list[tuple[int, int]], small: list[tuple[int, int]], rows: int) -> int:
+    """The most bytes per row held at once over a pass's events, from the same pass on ``rows`` more rows (``big``)
+    and fewer (``small``): each storage's bytes per row is the difference of its sizes over ``rows``. Passes whose
+    events differ (a network whose work depends on its input's size) give the difference of their peaks instead."""
+    if [index for index, _ in big] != [index for index, _ in small] or \
+            any((a > 0) != (b > 0) for (_, a), (_, b) in zip(big, small)):
+        return max(math.ceil((_peak(big) - _peak(small)) / rows), 0)
+    held = most = 0.0
+    for (_, a), (_, b) in zip(big, small):
+        held += (a - b) / rows
+        most = max(most, held)
+    return math.ceil(most)
+
+
+def _peak(events: list[tuple[int, int]]) -> int:
+    """The most bytes held at once over ``events``."""
+    held = most = 0
+    for _, size in events:
+        held += size
+        most = max(most, held)
+    return most
 
 
 def epochs_unspent(meter: BudgetMeter) -> float:
@@ -235,19 +425,35 @@ def steps_for(epochs: float, n_train: int, batch_size: int) -> int:
 
 
 def device_memory(device: torch.device) -> Room:
-    """What a run on ``device`` may allocate: the GPU's total memory, or on the CPU the least of the machine's
-    physical memory and what the process's address-space and control-group limits leave (:func:`bench.memory.room`)."""
+    """What a run on ``device`` may still allocate there: on a GPU, the least of its free memory and this process's
+    share of it (:func:`bench.memory.gpu_room`, from ``torch.cuda.mem_get_info`` and the caching allocator's counts);
+    on the CPU, the least of the machine's physical memory and what the process's address-space and control-group
+    limits leave (:func:`bench.memory.room`)."""
     if device.type == "cuda":
-        return Room(torch.cuda.get_device_properties(device).total_memory, f"of {device}'s memory")
+        free, total = torch.cuda.mem_get_info(device)
+        return gpu_room(f"{device} ({torch.cuda.get_device_name(device)})", free, total,
+                        torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device),
+                        torch.cuda.get_per_process_memory_fraction(device))
     return room()
 
 
-def check_footprint(approximator: "Approximator", budget: float, problem: "Problem") -> None:
-    """Plan before allocating: one line (:class:`~bench.errors.DoesNotFit`) when what the settings and budget imply
-    on ``problem`` cannot fit in the memory its device leaves the run."""
-    n_train, n_test, device = problem.n_train, problem.x_test.shape[0], problem.device
+def data_on(device: torch.device, problem: "Problem") -> int:
+    """Bytes of the task's data the run has already put on ``device`` when it is planned (:func:`bench.runner.metered`
+    moves the training and test sets there first): 0 on the CPU, where they are the task's own arrays."""
+    x = problem.x_test
+    if device.type == "cpu" or x.device != device:
+        return 0
+    row = x[0].numel() * x.element_size() if x.shape[0] else 0
+    return (x.shape[0] + problem.n_train) * row + problem.n_train * 8  # labels: at most 8 bytes each
+
+
+def memory_needs(approximator: "Approximator", budget: float, problem: "Problem") -> tuple[Footprint, int, Needs]:
+    """The run's :class:`Footprint` (checked: the method's failure if it is not one of whole numbers), its network's
+    parameters, and what it needs on ``problem``'s device and host (:meth:`Footprint.needs`, with the network's
+    :func:`activations_per_row`)."""
+    n_test, device = problem.x_test.shape[0], problem.device
     n_params = sum(p.numel() for p in problem.model_factory().parameters())
-    footprint = approximator.footprint(budget, n_train)
+    footprint = approximator.footprint(budget, problem.n_train)
     counts = ("networks", "schedule_steps", "kept", "members", "rows")
     if type(footprint) is not Footprint or not all(
             type(getattr(footprint, count)) is int and getattr(footprint, count) >= 0 for count in counts):
@@ -255,9 +461,26 @@ def check_footprint(approximator: "Approximator", budget: float, problem: "Probl
 
         method_fault(type(approximator), f"method {approximator.name!r}: its footprint must be a Footprint of "
                                          f"whole numbers >= 0 ({', '.join(counts)}); got {shown(footprint)}")
-    needed = footprint.bytes(n_params, *activations_per_row(problem.model_factory, problem.x_test[:PROBE_ROWS]), n_test)
-    available = device_memory(device)
-    if needed > available.bytes:
+    costs = activations_per_row(problem.model_factory, problem.x_test[:PROBE_ROWS], footprint.networks,
+                                device.type)
+    kept = problem.n_classes if problem.kind == "classification" else problem.n_predictive_samples
+    return footprint, n_params, footprint.needs(n_params, costs, n_test, kept or 0, device.type)
+
+
+def check_footprint(approximator: "Approximator", budget: float, problem: "Problem") -> None:
+    """Plan before allocating: one line (:class:`~bench.errors.DoesNotFit`) when what the settings and budget imply
+    on ``problem`` cannot fit in the memory its device leaves the run, or, on a GPU, when what the run keeps on the
+    host cannot fit in what the host leaves it (:func:`memory_needs`, :func:`device_memory`). Each is compared with
+    the least of what bounds it, so the line names the bound that binds."""
+    device = problem.device
+    footprint, n_params, needs = memory_needs(approximator, budget, problem)
+    on_gpu = device.type != "cpu"
+    parts = [(needs.device, device_memory(device), f" on {device}" if on_gpu else "", on_gpu)]
+    if needs.host:
+        parts.append((needs.host, device_memory(torch.device("cpu")), f" of the host's memory beside {device}", False))
+    for needed, available, where, on_device in parts:
+        if needed <= available.bytes:
+            continue
         held = [f"trains {footprint.networks:,} {footprint.what}(s) of {n_params:,} parameters together"]
         if footprint.members > footprint.networks:
             held.append(f"creates {footprint.members:,} in all")
@@ -265,11 +488,13 @@ def check_footprint(approximator: "Approximator", budget: float, problem: "Probl
             held.append(f"keeps {footprint.kept:,} more parameter vectors")
         if footprint.schedule_steps:
             held.append(f"schedules {footprint.schedule_steps:,} steps")
+        data = data_on(device, problem) if on_device else 0
+        beside = f", beside its data ({data / 2**30:,.1f} GiB) already there" if data else ""
         raise DoesNotFit(
             f"{approximator.name}: a budget of {budget:g} epochs with these settings {', '.join(held)}: at least "
-            f"{needed / 2**30:,.1f} GiB, more than the {available.bytes / 2**30:,.1f} GiB {available.what}; "
-            f"lower the budget or what multiplies it (members, chains, runs, rank), or set vectorise=false where the "
-            f"method has it")
+            f"{needed / 2**30:,.1f} GiB{where}, more than the {available.bytes / 2**30:,.1f} GiB {available.what}"
+            f"{beside}; lower the budget or what multiplies it (members, chains, runs, rank, batch size), set "
+            f"vectorise=false where the method has it{', or run on the CPU (--device cpu)' if on_device else ''}")
 
 
 class Approximator:
@@ -281,6 +506,10 @@ class Approximator:
     check_budget: ClassVar[float] = 200.0
     """The method's smallest sensible budget with its default settings, in epochs: what the CI gate
     (``bench check``) and the honesty probe run it with, so both stay fast on a CPU."""
+    resumable: ClassVar[bool] = False
+    """Whether a stopped run continues from its checkpoint (:mod:`bench.checkpoint`): the class that defines ``fit``
+    says so when everything its fit keeps across engine calls is tracked (``bench.checkpoint.track``); otherwise a
+    stopped run starts again from scratch."""
 
     def __init__(self, config):
         check_settings(self.name, config)
@@ -398,6 +627,12 @@ DRAWS_BOUNDS = f"[1, {MAX_DRAWS}]"
 def settings_bounds(config_class: type) -> dict[str, Interval]:
     """Every numeric setting's :class:`Interval`: the ``BOUNDS`` of the config class and of its bases, where
     each config declares the interval of each of its numeric fields."""
+    return dict(_settings_bounds(config_class))
+
+
+@functools.lru_cache(maxsize=256)
+def _settings_bounds(config_class: type) -> dict[str, Interval]:
+    """:func:`settings_bounds`, parsed once per class (a board reads thousands of records of a dozen classes)."""
     bounds: dict[str, Interval] = {}
     for cls in reversed(config_class.__mro__):
         bounds.update({name: Interval(text) for name, text in vars(cls).get("BOUNDS", {}).items()})
@@ -471,8 +706,16 @@ def _declared_value_fits(value: object, kind: type) -> bool:
 
 def setting_types(config_class: type) -> dict[str, type]:
     """Each setting's declared type, by name (the dataclass's fields; class variables such as ``BOUNDS`` are none)."""
-    hints = typing.get_type_hints(config_class)
+    hints = _type_hints(config_class)
     return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
+
+
+@functools.lru_cache(maxsize=256)
+def _type_hints(config_class: type) -> dict[str, object]:
+    """``typing.get_type_hints`` of a config class, worked out once per class (never changed by its readers): it
+    evaluates every annotation's text, and a board of the shipped store reads thousands of records of a dozen config
+    classes."""
+    return typing.get_type_hints(config_class)
 
 
 def check_declared_settings(method: type[Approximator], hints: dict[str, type]) -> None:
@@ -517,7 +760,7 @@ def recorded_config(method: type[Approximator], values: dict):
     float allowed and held as that float, as ``--set`` parses it), checked as ``--set`` values are
     (:func:`check_settings`: bounds, choices, order), or one :class:`ConfigError` line. A setting the record lacks
     takes its class default (older records lack newer settings)."""
-    hints = typing.get_type_hints(method.Config)
+    hints = _type_hints(method.Config)
     unknown = [key for key in values if key not in hints]
     # within a float's range too: a whole number given for a float is held as that float below
     wrong = [key for key, value in values.items() if key in hints and not _declared_value_fits(value, hints[key])]
@@ -591,7 +834,13 @@ def mean_field_predictive(problem: Problem, generator: torch.Generator, layout, 
 def member_generators(generator: torch.Generator, n: int) -> list[torch.Generator]:
     """One generator per member or chain, seeded from the run's generator: a member's draws then do
     not depend on how many members train together."""
-    return [torch.Generator().manual_seed(s) for s in member_seeds(generator, n)]
+    return [checkpoint.track(torch.Generator().manual_seed(s)) for s in member_seeds(generator, n)]
+
+
+def _replaying() -> bool:
+    """Whether a resumed run is replaying toward where it stopped (:mod:`bench.checkpoint`)."""
+    tape = checkpoint.active()
+    return tape is not None and tape.replaying
 
 
 def next_seed(g: torch.Generator) -> int:

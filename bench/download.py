@@ -444,7 +444,8 @@ def _transfer(url: str, part: Path, progress, deadline: _Deadline) -> None:
         raise ConnectionError(f"transfer ended at {size} of {total} bytes")
 
 
-def _no_progress(**_kwargs):
+def no_progress(**_kwargs):
+    """A bar that draws nothing, for a caller that asked for none (``progress=None``)."""
     class _Null:
         def update(self, _n): ...
         def close(self): ...
@@ -463,7 +464,7 @@ def download(url: str, target: Path, expected_sha256: str | None, trust: TrustSt
     Raises :class:`FetchError` with one line; a checksum mismatch deletes the file.
     """
     check_source(url)
-    progress = progress or _no_progress
+    progress = progress or no_progress
     retries = RETRIES if retries is None else retries
     known = expected_sha256 or trust.read().get(trust_key, {}).get("sha256")
     source = ("the official checksum" if expected_sha256

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import bench
-from bench.download import Downloaded, TrustStore, check_source, guard_os, download, resolve_cache
+from bench.download import Downloaded, TrustStore, check_source, guard_os, download, no_progress, resolve_cache
 from bench.errors import DamagedFile
 from bench.formats import FormatError, npz_array, text_to_npy
 from bench.io import atomic_write_bytes, json_bytes, sha256_file
@@ -131,8 +131,14 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
     check_source(reference_url)
     trust = TrustStore(resolve_cache(cache))
     _heal_trust_store(trust, resolve_cache(cache), name, force)
+    steps = progress or no_progress  # the bars of the phases that are no download (``progress``'s, counting steps)
     if not force:
-        existing = cached_manifest(name, cache)
+        checking = steps(total=None, desc=f"{name}: checking the cached arrays' sha256", unit_scale=False,
+                         bar_format="{desc} [{elapsed}]")
+        try:  # every cached array hashed again: seconds for an image task's hundreds of megabytes
+            existing = cached_manifest(name, cache)
+        finally:
+            checking.close()
         if existing is not None:
             return existing, False
     cache = resolve_cache(cache)
@@ -147,14 +153,18 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
     final = task_folder(name, cache)
     guard_os(lambda: final.parent.mkdir(parents=True, exist_ok=True), final.parent)
     staging = Path(guard_os(lambda: tempfile.mkdtemp(dir=final.parent, prefix=f".{name}.staging-"), final.parent))
+    converting = steps(total=len(spec.arrays) + 1, desc=f"{name}: converting the arrays and the reference",
+                       unit="file", unit_scale=False)
     try:
         arrays = {}
         for array, source in spec.arrays.items():
             out = staging / f"{array}.npy"
             shape = guard_os(lambda: _convert(source, fetched[source.remote], out), staging)
             arrays[array] = {"shape": shape, "sha256": sha256_file(out)}
+            converting.update(1)
         reference = parse_reference(fetched[spec.reference].path, spec.reference_key,
                                     spec.reference_transposed, spec.n_classes)
+        converting.update(1)
         _check_sizes(name, arrays, len(reference))
         guard_os(lambda: np.save(staging / REFERENCE_ARRAY, reference), staging)
         ref_file = fetched[spec.reference]
@@ -184,6 +194,7 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
         deleted = "; the downloads trusted on first use were deleted, fetch again (from another mirror if it recurs)"
         raise FormatError(f"{error}{deleted if first_use else ''}") from None
     finally:
+        converting.close()
         shutil.rmtree(staging, ignore_errors=True)
     if not keep_downloads:
         for downloaded in fetched.values():

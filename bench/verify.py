@@ -39,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import numpy as np
 import torch
@@ -50,6 +50,7 @@ from approximators.boundary import users_code
 from bench import drift, records
 from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, MethodFailed, describe_failure, shown
 from bench.executors import OTHER_KERNELS, Isolated, Isolations, isolates, other_kernels_differ, usable_cores
+from bench.progress import current_observer, run_title
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
 from leaderboard.gate.statistics import block_sizes
 from leaderboard.ranking import PRIMARY
@@ -86,6 +87,39 @@ class Verification:
     def line(self) -> str:
         return (f"{self.folder}: {'verified' if self.passed else 'NOT VERIFIED'} ({self.mode}, {self.threads} torch "
                 f"thread{'s' if self.threads != 1 else ''}): {self.detail}")
+
+
+OWN_SEED = "its own seed"
+NATIVE_SEED = "a seed of its configuration, natively"
+OTHER_KERNELS_SEED = "a seed of its configuration, with another CPU kind's kernels"
+
+
+@dataclass(frozen=True)
+class Reexecution:
+    """One training :func:`verify_many` runs, as a progress bar and a log name it: the run folder it verifies, the
+    run's task, method and budget, the seed trained and ``how`` (:data:`OWN_SEED`: the run itself; :data:`NATIVE_SEED`
+    or :data:`OTHER_KERNELS_SEED`: a seed of its configuration, to judge a record made elsewhere by)."""
+
+    folder: Path
+    task: str
+    method: str
+    budget: float
+    seed: int
+    how: str
+
+    @property
+    def title(self) -> str:
+        return run_title(self.task, self.method, self.budget, self.seed)
+
+    def line(self, seconds: float, failure: str | None = None) -> str:
+        """What the log and the terminal say of it once it ended (``failure``: how it ended without a result, e.g.
+        ``interrupted``; None where it ended with one)."""
+        return (f"{self.folder}: {self.title} ({self.how}): "
+                + (f"re-executed in {seconds:.1f} s" if failure is None else f"{failure} after {seconds:.1f} s"))
+
+
+Reexecuting = Callable[[Reexecution], ContextManager]
+"""What a caller of :func:`verify_many` puts around each re-execution (a bar of its epochs, a line in a log)."""
 
 
 @dataclass(frozen=True)
@@ -211,13 +245,15 @@ def _configuration(result: dict, method: str | None) -> tuple:
 
 def verified_rows(folders: list[Path], submitter: str, notes: str = "", cache: Path | None = None,
                   method: str | None = None, isolate: bool = True, isolations: Isolations | None = None,
-                  on_verdict: Callable[[Verification], None] | None = None) -> list[RunRow]:
+                  on_verdict: Callable[[Verification], None] | None = None,
+                  on_reexecution: Reexecuting | None = None) -> list[RunRow]:
     """The leaderboard rows of the runs in ``folders``, each validated and re-scored (:func:`leaderboard.submission.
     score_run`: the cheap checks first), then re-executed together (:func:`verify_many`, which takes ``method``,
-    ``isolate``, ``isolations`` and ``on_verdict``) and refused unless every one reproduces; each row records how it was
-    verified."""
+    ``isolate``, ``isolations``, ``on_verdict`` and ``on_reexecution``) and refused unless every one reproduces; each
+    row records how it was verified."""
     rows = [score_run(folder, submitter, notes, cache) for folder in folders]
-    verifications = verify_many(folders, cache, method, isolate, isolations, on_verdict=on_verdict)
+    verifications = verify_many(folders, cache, method, isolate, isolations, on_verdict=on_verdict,
+                                on_reexecution=on_reexecution)
     for verification in verifications:
         if not verification.passed:
             raise SubmissionError(f"{verification.folder}: does not reproduce under re-execution "
@@ -235,10 +271,14 @@ def verify(folder: Path, cache: Path | None = None, method: str | None = None, i
 def verify_many(folders: list[Path], cache: Path | None = None, method: str | None = None, isolate: bool = True,
                 isolations: Isolations | None = None,
                 on_refused: Callable[[Path, BaseException], None] | None = None,
-                on_verdict: Callable[[Verification], None] | None = None) -> list[Verification]:
+                on_verdict: Callable[[Verification], None] | None = None,
+                on_reexecution: Reexecuting | None = None) -> list[Verification]:
     """Re-executes each run in ``folders`` on the CPU, with this process's torch threads, and compares it with its
     record (``method``: the method to re-execute it with, as ``--method`` takes it; needed for a method loaded as
     ``package.module:ClassName``); the verdicts in the folders' order, each passed to ``on_verdict`` as it is known.
+    Each training it runs (the run's own seed, and the seeds of a configuration made elsewhere below) happens inside
+    ``on_reexecution(Reexecution(...))``, where given: a run trained in this process reports its epochs and phases to
+    the progress observer that puts in place (:func:`bench.progress.observed`).
 
     A record made elsewhere (round-off differs: another CPU kind, other libraries or threads) whose every metric is
     its re-execution's to round-off (:func:`bench.drift.within_round_off`) verifies so (mode ``cross-environment,
@@ -286,7 +326,9 @@ def verify_many(folders: list[Path], cache: Path | None = None, method: str | No
             isolations = stack.enter_context(Isolations(torch.get_num_threads()))
         for folder in map(Path, folders):
             try:
-                outcome = _in_place(folder, cache, method, isolate, isolations, _first_look, folder, cache, method)
+                with _reexecuting(on_reexecution, folder, None, OWN_SEED):
+                    outcome = _in_place(folder, cache, method, isolate, isolations, _first_look, folder, cache,
+                                        method)
             except (MethodFailed, FailedElsewhere, BenchError) as error:
                 refused(folder, error)
                 continue
@@ -299,7 +341,7 @@ def verify_many(folders: list[Path], cache: Path | None = None, method: str | No
             groups.setdefault(record.configuration, []).append(record)
         for group in groups.values():
             try:
-                judged = _judged(group, cache, method, isolate, isolations)
+                judged = _judged(group, cache, method, isolate, isolations, on_reexecution)
             except (MethodFailed, FailedElsewhere, BenchError) as error:
                 code, line = describe_failure(error)
                 comparing = FailedElsewhere(code, "re-executing its configuration's seeds to compare it with, "
@@ -310,6 +352,16 @@ def verify_many(folders: list[Path], cache: Path | None = None, method: str | No
             for verification in judged:
                 decided(verification)
     return [verdicts[Path(folder)] for folder in folders if Path(folder) in verdicts]
+
+
+def _reexecuting(on_reexecution: Reexecuting | None, folder: Path, seed: int | None, how: str) -> ContextManager:
+    """``on_reexecution`` of the run in ``folder`` trained with ``seed`` (None: its own), else nothing; a record that
+    cannot be read raises its one line (:class:`VerificationError`), as its verification would."""
+    if on_reexecution is None:
+        return contextlib.nullcontext()
+    result = _recorded(folder)
+    return on_reexecution(Reexecution(folder, result["task"], result["method"], float(result["budget"]),
+                                      result["seed"] if seed is None else seed, how))
 
 
 def _in_place(folder: Path, cache: Path | None, method: str | None, isolate: bool, isolations: Isolations,
@@ -336,8 +388,8 @@ def _seed_metrics(folder: Path, cache: Path | None, method: str | None, seed: in
 
 def _trained(run, approximator_class, config, seed: int) -> tuple[np.ndarray, object, dict]:
     """The run's configuration trained again with ``seed`` under a fresh meter: (predictions, the meter, the settings
-    its plan resolved)."""
-    problem, data = metered(run.task, run.result["budget"])
+    its plan resolved). Its epochs go to the progress observer in place, if any (a bar of this re-execution)."""
+    problem, data = metered(run.task, run.result["budget"], on_progress=current_observer())
     approximator = planned(approximator_class, config, problem, data)
     resolved = resolved_config(approximator, problem)
     predictions, _ = fit_and_predict(approximator, problem, data, seed)
@@ -420,7 +472,7 @@ def _next_seeds(taken: list[int], count: int) -> list[int]:
 
 
 def _judged(group: list[_Elsewhere], cache: Path | None, method: str | None, isolate: bool,
-            isolations: Isolations) -> list[Verification]:
+            isolations: Isolations, on_reexecution: Reexecuting | None = None) -> list[Verification]:
     """The verdicts of one configuration's records made elsewhere (:func:`verify_many`): its seeds re-executed here
     and with other kernels where a record is not its re-execution to round-off, then :func:`judged`."""
     first = group[0]
@@ -429,9 +481,10 @@ def _judged(group: list[_Elsewhere], cache: Path | None, method: str | None, iso
     moved = None
     if not all(within_round_off(claimed, native[seed], first.sizes) for seed, claimed in claims):
         for seed in _next_seeds(sorted(native), max(0, CROSS_CPU_SEEDS - len(native))):
-            native[seed] = _in_place(first.folder, cache, method, isolate, isolations, _seed_metrics, first.folder,
-                                     cache, method, seed)
-        moved = _moved_with_other_kernels(first, native, cache, method)
+            with _reexecuting(on_reexecution, first.folder, seed, NATIVE_SEED):
+                native[seed] = _in_place(first.folder, cache, method, isolate, isolations, _seed_metrics,
+                                         first.folder, cache, method, seed)
+        moved = _moved_with_other_kernels(first, native, cache, method, on_reexecution)
     mode, judgements = judged(claims, native, moved, first.sizes, first.kind)
     return [record.verdict(mode, judgement.passed, judgement.detail) for record, judgement in zip(group, judgements)]
 
@@ -524,8 +577,8 @@ def _group_line(claims: list[tuple[int, dict]], native: dict[int, dict], limits:
     return ""
 
 
-def _moved_with_other_kernels(first: _Elsewhere, native: dict[int, dict], cache: Path | None,
-                              method: str | None) -> dict[tuple[str, str], float] | None:
+def _moved_with_other_kernels(first: _Elsewhere, native: dict[int, dict], cache: Path | None, method: str | None,
+                              on_reexecution: Reexecuting | None = None) -> dict[tuple[str, str], float] | None:
     """Per metric, the most any seed of ``native`` moved when re-executed with another CPU kind's kernels (one after
     another, in one process of its own started with :data:`bench.executors.OTHER_KERNELS`); None where this machine has
     no other kernels to run (its CPU capability is torch's default)."""
@@ -535,7 +588,8 @@ def _moved_with_other_kernels(first: _Elsewhere, native: dict[int, dict], cache:
     most: dict[tuple[str, str], float] = {}
     with Isolated(name if isolates(name) else None, torch.get_num_threads(), OTHER_KERNELS) as other:
         for seed, values in native.items():
-            outcome = other.call(_seed_metrics, first.folder, cache, method, seed)
+            with _reexecuting(on_reexecution, first.folder, seed, OTHER_KERNELS_SEED):
+                outcome = other.call(_seed_metrics, first.folder, cache, method, seed)
             if outcome.exit_code:
                 raise FailedElsewhere(outcome.exit_code, outcome.failure)
             for key, value in values.items():

@@ -23,6 +23,7 @@ independent, exact run of the reference's sampler) is said too; it moves no rank
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,8 +127,10 @@ class Estimate:
         return None if self.half_width is None else (self.mean - self.half_width, self.mean + self.half_width)
 
 
+@functools.lru_cache(maxsize=1024)
 def _t_quantile(degrees_of_freedom: float) -> float:
-    """The two-sided ``CONFIDENCE`` quantile of Student's t."""
+    """The two-sided ``CONFIDENCE`` quantile of Student's t, computed once per degrees of freedom (a board asks for it
+    per entry, block and metric: thousands of times for a handful of seed counts)."""
     return float(scipy.stats.t.ppf(0.5 + CONFIDENCE / 2, degrees_of_freedom))
 
 

@@ -302,17 +302,19 @@ def _heading(track: Track, quote: Callable[[str], str] = str) -> str:
     return f"{quote(track.task)} v{track.task_version}, budget {track.budget:g} epochs"
 
 
-def markdown(all_tracks: list[Track]) -> str:
+def markdown(all_tracks: list[Track], on_track: Callable[[int, int], None] | None = None) -> str:
     """Every stored text goes through :func:`md_text`: a name cannot add a column, a row or HTML. Lines that
     hold stored text start with text of ours (a table's ``|``, a list item's ``- **``), so none can become a
-    heading, a quote or a link definition."""
+    heading, a quote or a link definition. ``on_track`` hears (tracks written, tracks) as each is written."""
     parts = []
     found = standings(all_tracks)
     if found:
         parts.append(f"## {SUMMARY_HEADING}\n\n{SUMMARY_EXPLANATION}.\n")
         parts.append(tabulate(_summary_rows(found, md_text), headers="keys", tablefmt="github",
                               disable_numparse=True) + "\n")
-    for track in all_tracks:
+    for index, track in enumerate(all_tracks):
+        if on_track is not None:
+            on_track(index, len(all_tracks))
         parts.append(f"## {_heading(track, md_text)}\n\n{_explanation(track.kind)}.\n")
         parts.append(tabulate(_display_rows(track, md_text), headers="keys", tablefmt="github",
                               disable_numparse=True) + "\n")
@@ -526,15 +528,20 @@ def _html_table(rows: list[dict]) -> str:
                       for index, text in enumerate(row_texts)))
 
 
-def html_page(all_tracks: list[Track]) -> str:
-    """One HTML file with inline CSS and SVG: no script, no external resource."""
+def html_page(all_tracks: list[Track], on_track: Callable[[int, int], None] | None = None) -> str:
+    """One HTML file with inline CSS and SVG: no script, no external resource. ``on_track`` hears (tracks written,
+    tracks) as each task's plots and tables are written."""
     methods = sorted({e.method for t in all_tracks for e in t.entries})
     body = []
     found = standings(all_tracks)
     if found:
         body.append(f'<section id="summary"><h2>{SUMMARY_HEADING}</h2><p>{escape(SUMMARY_EXPLANATION)}.</p>'
                     + _html_table(_summary_rows(found, printable_text)) + "</section>")
+    written = 0
     for (task, version, _), task_tracks in by_task(all_tracks).items():
+        if on_track is not None:
+            on_track(written, len(all_tracks))
+        written += len(task_tracks)
         styles = _styles(task_tracks, methods)
         charts = _fidelity_charts(task_tracks, styles)
         diagram = _reliability_chart(task_tracks[-1], styles)
@@ -563,6 +570,14 @@ def html_page(all_tracks: list[Track]) -> str:
             + "".join(body) + "</body></html>\n")
 
 
-def render(rows: list[RunRow], fmt: str) -> str:
+def render(rows: list[RunRow], fmt: str, on_track: Callable[[int, int], None] | None = None) -> str:
+    """``rows`` ranked (:func:`ranking.tracks`) and written as ``fmt``; ``on_track`` (a progress bar) hears (tracks
+    written, tracks) as the Markdown or the page is written, and when the board is done in every format."""
     all_tracks = tracks(rows)
-    return {"md": markdown, "html": html_page, "csv": as_csv, "json": as_json}[fmt](all_tracks)
+    if fmt in ("md", "html"):
+        text = {"md": markdown, "html": html_page}[fmt](all_tracks, on_track)
+    else:
+        text = {"csv": as_csv, "json": as_json}[fmt](all_tracks)
+    if on_track is not None:
+        on_track(len(all_tracks), len(all_tracks))
+    return text

@@ -22,9 +22,11 @@ what is missing). ``python -m bench.docblocks --write`` writes docs/leaderboard.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -86,15 +88,20 @@ def folders(root: Path | None = None) -> list[Path]:
     return sorted(result.parent for result in root.rglob(records.RESULT)) if root.is_dir() else []
 
 
-def rows(tasks: list[str] | None = None, budgets: list[float] | None = None,
-         root: Path | None = None) -> tuple[list[RunRow], list[str]]:
+def rows(tasks: list[str] | None = None, budgets: list[float] | None = None, root: Path | None = None,
+         installed=None, on_record: Callable[[int, int], None] | None = None) -> tuple[list[RunRow], list[str]]:
     """The store's runs as leaderboard rows (of ``tasks`` and ``budgets`` only, when given), and one line per run left
-    out because it was made for another version of its task or another reference than this installation's."""
-    from bench.tasks import get_task
-    from reference.store import load_reference
+    out because it was made for another version of its task or another reference than this installation's.
+    ``installed``: a :class:`leaderboard.submission.InstalledReferences` the board shares (each task and reference
+    loaded once); ``on_record``: hears (records read, records in the store) as each is read (a progress bar)."""
+    from leaderboard.submission import InstalledReferences
 
-    found, stale, references = [], [], {}
-    for folder in folders(root):
+    installed = InstalledReferences() if installed is None else installed
+    found, stale, configs = [], [], {}
+    every = folders(root)
+    for index, folder in enumerate(every):
+        if on_record is not None:
+            on_record(index, len(every))
         try:
             result = records.checked_result(folder)
             if not isinstance(result.get("predictions_sha256"), str):
@@ -106,36 +113,42 @@ def rows(tasks: list[str] | None = None, budgets: list[float] | None = None,
             continue
         if (tasks and result["task"] not in tasks) or (budgets and float(result["budget"]) not in budgets):
             continue
-        if result["task"] not in references:
-            try:
-                task = get_task(result["task"])
-                references[result["task"]] = (task, load_reference(task))
-            except BenchError as error:
-                references[result["task"]] = (None, str(error))
-        task, reference = references[result["task"]]
-        if task is None:
-            stale.append(f"{folder}: left out ({reference})")
-        elif (result["task_version"], result["task_fingerprint"]) != (task.version, task.fingerprint()) \
+        try:
+            task, reference, fingerprint = installed.of(result["task"])
+        except BenchError as error:
+            stale.append(f"{folder}: left out ({error})")
+            continue
+        if (result["task_version"], result["task_fingerprint"]) != (task.version, fingerprint) \
                 or result["reference"]["sha256"] != reference.sha256:
             stale.append(f"{folder}: left out, made for another version of {task.name} or its reference than this "
                          "installation's")
         else:
-            found.append(_row(result, folder, task.kind, reference.noise_floor, reference.noise_floor_spread))
+            found.append(_row(result, folder, task.kind, reference.noise_floor, reference.noise_floor_spread,
+                              configs))
+    if on_record is not None and every:
+        on_record(len(every), len(every))
     return found, stale
 
 
-def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None, spread: dict | None) -> RunRow:
+def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None, spread: dict | None,
+         configs: dict | None = None) -> RunRow:
     """A shipped record as a leaderboard row, with the noise floor and its spread its reference publishes now (the
-    record's copy is the floor when it was made)."""
+    record's copy is the floor when it was made). ``configs``: the completed configurations already worked out, by
+    method and recorded configuration (the store's 1,500 records hold some hundred)."""
     from leaderboard.submission import complete_config, config_hash
 
     digest = result["predictions_sha256"]
-    config = complete_config(result["method"], result["config"])
+    configs = {} if configs is None else configs
+    key = (result["method"], json.dumps(result["config"], sort_keys=True))
+    if key not in configs:
+        completed = complete_config(result["method"], result["config"])
+        configs[key] = (completed, config_hash(completed))
+    config, digest_of_config = dict(configs[key][0]), configs[key][1]
     return RunRow(
         task=result["task"], task_version=result["task_version"], task_fingerprint=result["task_fingerprint"],
         task_kind=kind, method=result["method"],
         budget=float(result["budget"]), seed=result["seed"], reference_sha256=result["reference"]["sha256"],
-        config_hash=config_hash(config), config=config, source="shipped",
+        config_hash=digest_of_config, config=config, source="shipped",
         predictions_sha256=digest, epochs_used=float(result["epochs_used"]),
         test_passes=float(result["test_passes"]), wall_seconds=float(result["wall_seconds"]),
         device=result["device"], versions=result["versions"], noise_floor=noise_floor,

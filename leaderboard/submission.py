@@ -590,19 +590,44 @@ def run_folders(paths: list[Path]) -> list[Path]:
     return list(unique.values())
 
 
-def with_current_floors(rows: list[RunRow]) -> list[RunRow]:
+class InstalledReferences:
+    """This installation's tasks and references for one board, each task built, its fingerprint (a hash of its data)
+    computed and its reference loaded once however many rows ask: the shipped store alone is some 1,500 records of
+    five tasks, and :func:`leaderboard.shipped.rows` and :func:`with_current_floors` both ask for every one."""
+
+    def __init__(self):
+        self._known: dict[str, tuple[Task, Reference, str] | BenchError] = {}
+
+    def of(self, name: str) -> tuple[Task, Reference, str]:
+        """``name``'s task, its reference and its fingerprint, or the :class:`BenchError` that refused them, raised
+        again for every row that asks."""
+        if name not in self._known:
+            try:
+                task = get_task(name)
+                self._known[name] = (task, load_reference(task), task.fingerprint())
+            except BenchError as error:
+                self._known[name] = error
+        known = self._known[name]
+        if isinstance(known, BenchError):
+            raise known
+        return known
+
+
+def with_current_floors(rows: list[RunRow], installed: InstalledReferences | None = None) -> list[RunRow]:
     """``rows`` with the noise floor, and its spread, of the reference installed here wherever they were scored
     against it (the floor a row stored is the one its reference published when it was submitted; a reference's floor
-    can be recomputed to a better definition while its predictive, and so every score, stays the same)."""
+    can be recomputed to a better definition while its predictive, and so every score, stays the same). ``installed``:
+    the tasks and references already loaded for this board, shared with :func:`leaderboard.shipped.rows`."""
     from bench.tasks import EMBEDDED
 
+    installed = InstalledReferences() if installed is None else installed
     floors: dict[tuple[str, str], tuple[dict | None, dict | None]] = {}
     refreshed = []
     for row in rows:
         key = (row.task, row.reference_sha256)
         if key not in floors:
             try:  # an official reference publishes no floor, and checking its task's data would read gigabytes
-                reference = load_reference(get_task(row.task)) if row.task in EMBEDDED else None
+                reference = installed.of(row.task)[1] if row.task in EMBEDDED else None
             except BenchError:  # a reference that is not this installation's (stale): the row keeps its own
                 reference = None
             floors[key] = (reference.noise_floor, reference.noise_floor_spread) \

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from bench.budget import check_planned_epochs
 from bench.commands import DEFAULT_THREADS
-from bench.commands.common import store_rows, submitter
-from bench.errors import BenchError
+from bench.commands.common import LINE_CHARS, store_rows, submitter
+from bench.commands.reexecutions import Reexecutions, log_path
+from bench.errors import BenchError, terminal_text
 from bench.progress import Progress
 
 
@@ -15,6 +18,8 @@ def command(args) -> int:
     from leaderboard import submission
 
     name = submitter(args.name)
+    if args.log is not None and not args.verify:
+        raise BenchError("--log names the log of --verify's re-executions; add --verify")
     if args.verify:
         from leaderboard.submission import run_folders
 
@@ -22,9 +27,12 @@ def command(args) -> int:
         check_planned_epochs(planned_epochs(folders, args.method), args.max_epochs,
                              f"verifying {len(folders)} run(s)")
     rows = []
-    # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders.
+    # --verify re-executes a method that is not bdl-bench's in a process of its own, one for all its folders, and
+    # logs each re-execution (bench.commands.reexecutions).
     with Isolations(args.threads or DEFAULT_THREADS) as isolations, \
-            Progress(len(folders) if args.verify else 0, args.quiet, "verify") as progress:
+            Progress(len(folders) if args.verify else 0, args.quiet, "verify") as progress, \
+            (Reexecutions(log_path(args.log, args.db), "submit --verify", progress) if args.verify
+             else contextlib.nullcontext()) as log:
         for path in args.paths:  # everything is validated, scored and verified before the store is touched
             if path.suffix == ".zip":
                 if args.method is None or args.budget is None:
@@ -45,8 +53,15 @@ def command(args) -> int:
                     rows += [submission.score_run(folder, name, args.notes, args.cache)
                              for folder in submission.run_folders([path])]
         if args.verify:  # every path's runs together: one configuration's are verified together (verify_many)
+            log.write(f"verifying {len(folders)} run folder(s) to submit, {args.threads or DEFAULT_THREADS} torch "
+                      "thread(s)")
+
+            def decided(verdict) -> None:
+                log.write(verdict.line())
+                progress.note(terminal_text(verdict.line(), LINE_CHARS))
+                progress.finished(verdict.folder.name, failed=not verdict.passed)
+
             rows += verified_rows(folders, name, args.notes, args.cache, args.method, not args.debug, isolations,
-                                  on_verdict=lambda verdict: progress.finished(verdict.folder.name,
-                                                                               failed=not verdict.passed))
+                                  on_verdict=decided, on_reexecution=log)
     store_rows(rows, args.db)
     return 0

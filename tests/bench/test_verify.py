@@ -292,7 +292,7 @@ def chaotic(monkeypatch):
     import bench.verify
 
     monkeypatch.setattr(bench.verify, "_moved_with_other_kernels",
-                        lambda first, native, cache, method: {key: 1e3 for key in first.now})
+                        lambda first, native, cache, method, *_: {key: 1e3 for key in first.now})
 
 
 def test_where_round_off_grows_chaotically_a_record_is_one_draw_of_its_re_executed_seeds(alone, tmp_path, chaotic):

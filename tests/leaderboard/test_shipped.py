@@ -203,3 +203,38 @@ def test_each_method_s_cheapest_shipped_run_reproduces_bitwise_here(method):
     assert verification.passed, verification.line()
     elsewhere = bool(_changes(records.checked_result(folder)))
     assert verification.mode.startswith("cross-environment") if elsewhere else verification.mode == "bitwise"
+
+
+def test_a_board_loads_each_task_s_reference_and_hashes_its_data_once_however_many_records(store, monkeypatch,
+                                                                                          run_cli, tmp_path):
+    """`leaderboard --format html` of the shipped store took minutes on a busy machine: every record hashed its task's
+    data again (its fingerprint), each reference was loaded twice (the shipped rows, then the floors) and each
+    record's settings had their types worked out from their annotations' text twice. The cost is bounded by the
+    tasks and the methods' settings classes, not by the records (12 here; the committed store holds some 1,500)."""
+    import typing
+
+    import approximators.base
+    import leaderboard.submission
+    from bench.tasks.base import Task
+
+    counted = {"references": 0, "fingerprints": 0, "type hints": 0}
+
+    def counting(what, function):
+        def called(*args, **kwargs):
+            counted[what] += 1
+            return function(*args, **kwargs)
+        return called
+
+    monkeypatch.setattr(leaderboard.submission, "load_reference",
+                        counting("references", leaderboard.submission.load_reference))
+    monkeypatch.setattr(Task, "fingerprint", counting("fingerprints", Task.fingerprint))
+    monkeypatch.setattr(typing, "get_type_hints", counting("type hints", typing.get_type_hints))
+    approximators.base._type_hints.cache_clear()  # as in a fresh process: no method's settings read yet
+    monkeypatch.setenv("BDL_BENCH_DB", str(tmp_path / "none.sqlite"))  # no database: the shipped results alone
+    code, _, _ = run_cli("leaderboard", "--format", "html", "--output", tmp_path / "board.html")
+    assert code == 0 and "sgd" in (tmp_path / "board.html").read_text()
+    config_classes = {METHODS[method].Config for method in ("sgd", "de")}
+    # each reference loaded once per task; each task's fingerprint computed once for the records, and twice by its
+    # reference's load (reference.store checks both of its copies)
+    assert counted["references"] == 2 and counted["fingerprints"] == 2 * 3, counted
+    assert counted["type hints"] <= len(config_classes), counted
