@@ -72,8 +72,27 @@ _kept_on_stop: Path | None = None
 
 
 def kept_on_stop() -> Path | None:
-    """The checkpoint the last stopped run of this process wrote (None: none), for the command's one line."""
+    """The checkpoint the last stopped run wrote (None: none), for the command's one line."""
     return _kept_on_stop
+
+
+_restarts: str | None = None
+
+
+def restarts() -> str | None:
+    """The method whose stopped run kept no checkpoint because it does not resume (None: none), for the one line."""
+    return _restarts
+
+
+def remember_kept(folder: Path, method: str | None = None) -> None:
+    """A run in ``folder`` was stopped, perhaps in another process (a method of one's own runs in a process of its
+    own): its checkpoint, if it wrote one, is what the command's one line names; else, given the name of a ``method``
+    that does not resume, the line says that the run starts again."""
+    global _kept_on_stop, _restarts
+    if (Path(folder) / CHECKPOINT).exists():
+        _kept_on_stop = Path(folder) / CHECKPOINT
+    else:
+        _restarts = method
 
 
 def capture(value: Any) -> Any:

@@ -37,12 +37,15 @@ def interrupted_line(command: str | None, kept: list | None = None) -> str:
     """The one line of a command interrupted by Ctrl-C or terminated by SIGTERM, naming the checkpoints its stopped
     runs wrote (:mod:`bench.checkpoint`): ``kept`` (a sweep's, found in its runs' folders), else the one this process
     wrote."""
-    from bench.checkpoint import kept_on_stop
+    from bench.checkpoint import kept_on_stop, restarts
     from bench.errors import terminal_text
 
     kept = list(kept or ([] if kept_on_stop() is None else [kept_on_stop()]))
     left = RESUMABLE[command].format(path=terminal_text(kept[0]), count=len(kept),
                                      more=f" and {len(kept) - 1} more" if len(kept) > 1 else "") \
         if kept and command in RESUMABLE else INTERRUPTED.get(command)
+    if not kept and restarts() is not None and command == "run":
+        left += (f"; method {terminal_text(repr(restarts()))} keeps no checkpoint (it does not declare resumable = "
+                 "True, docs/running.md), so the same command starts it again")
     return f"error: {interrupts.stopped()}" \
         + (f"; {left}" if left else "")

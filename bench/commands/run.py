@@ -14,10 +14,10 @@ from bench.errors import BenchError, FailedElsewhere, terminal_text
 
 def command(args) -> int:
     from approximators import get_method, method_source, resolve_config
-    from bench import executors
+    from bench import checkpoint, executors
     from bench.progress import Progress, run_title
     from bench.rehearsal import label as task_label, run_folder
-    from bench.runner import RunSpec, check_label, resolve_device, run
+    from bench.runner import RunSpec, check_label, resolve_device, resumable, run
     from bench.tasks import COMPETITION, default_task_names, get_task
 
     rehearsal = rehearsal_option(args)
@@ -70,14 +70,22 @@ def command(args) -> int:
                                label=args.label, command=args.command_line,
                                keep_predictions=not args.no_predictions, rehearsal=rehearsal,
                                checkpoint_every=args.checkpoint_every)
-                with progress.epochs(title, args.budget) as on_progress:
-                    if isolated is None:
-                        result = run(spec, on_progress=on_progress)
-                    else:
-                        outcome = isolated.attempt(spec, on_progress)
-                        if outcome.result is None:
-                            raise FailedElsewhere(outcome.exit_code, outcome.failure)
-                        result = outcome.result
+                try:
+                    with progress.epochs(title, args.budget) as on_progress:
+                        if isolated is None:
+                            result = run(spec, on_progress=on_progress)
+                        else:
+                            outcome = isolated.attempt(spec, on_progress)
+                            if outcome.result is None:
+                                raise FailedElsewhere(outcome.exit_code, outcome.failure)
+                            result = outcome.result
+                except KeyboardInterrupt:
+                    if isolated is not None:  # stopped by SIGTERM, so that its run writes its checkpoint
+                        isolated.close(kill=True)
+                    checkpoint.remember_kept(run_folder(out, task, method.name, args.budget, seed, rehearsal),
+                                             None if resumable(method) or args.checkpoint_every is None
+                                             else method.name)
+                    raise
                 progress.finished(title, failed=False)
                 results.append(result)
                 rows.append(summary_row(result))

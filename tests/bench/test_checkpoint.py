@@ -330,3 +330,59 @@ def test_a_sweep_stopped_by_sigterm_keeps_its_workers_runs_and_continues_them(tm
     assert "2 unfinished run(s) kept their progress" in err.strip().splitlines()[-1]
     assert all((f / checkpoint.CHECKPOINT).exists() for f in folders)
 
+
+
+PLUGIN = '''
+from approximators.map import DeepEnsemble
+
+
+class Rewritten(DeepEnsemble):
+    name = "rewritten"
+
+    def fit(self, problem, data, generator):
+        super().fit(problem, data, generator)
+
+
+class Declared(Rewritten):
+    name = "declared"
+    resumable = True
+
+    def fit(self, problem, data, generator):
+        super().fit(problem, data, generator)
+'''
+
+
+def _stopped_through_the_command_line(command: list[str], folder: Path, env: dict) -> tuple[int, str]:
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / records.LOCK).exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3.0)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process.returncode, err
+
+
+@pytest.mark.parametrize("name", ["Rewritten", "Declared"])
+def test_a_method_of_ones_own_in_its_own_process_resumes_only_when_it_says_so(name, tmp_path):
+    (tmp_path / "mine.py").write_text(PLUGIN)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path)}
+    out = tmp_path / "runs"
+    command = [sys.executable, "-m", "bench", "--method", f"mine:{name}", "--budget", "2000", "--task", "digits",
+               "--out", str(out), "--quiet", "--set", "members=1"]
+    folder = records.run_folder(out, "digits", name.lower(), 2000, 0)
+    code, err = _stopped_through_the_command_line(command, folder, env)
+    assert code == 143, err
+    line = err.strip().splitlines()[-1]
+    if name == "Declared":  # its process was stopped by SIGTERM and wrote the checkpoint there
+        assert line.endswith(f"progress is kept in {folder / checkpoint.CHECKPOINT}: run the same command again to "
+                             "continue it")
+    else:
+        assert line.endswith("method 'rewritten' keeps no checkpoint (it does not declare resumable = True, "
+                             "docs/running.md), so the same command starts it again")
+        assert not (folder / checkpoint.CHECKPOINT).exists()
