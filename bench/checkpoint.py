@@ -170,7 +170,8 @@ class Tape:
     a stopped run wrote (None: a fresh run); ``meter`` is the run's :class:`~bench.budget.BudgetMeter`."""
 
     def __init__(self, write: Callable[[dict], Path], meter, every_seconds: float = DEFAULT_EVERY_SECONDS,
-                 resume: dict | None = None, clock: Callable[[], float] = time.monotonic):
+                 resume: dict | None = None, clock: Callable[[], float] = time.monotonic,
+                 kept_path: Path | None = None):
         self._write, self.meter, self.every_seconds, self._clock = write, meter, every_seconds, clock
         self._resume = resume
         self._started = clock()
@@ -182,6 +183,8 @@ class Tape:
         self._last_write = self._last_kept = clock()
         self._kept: dict | None = None
         self._steps = 0
+        self.kept_path: Path | None = kept_path
+        """The checkpoint on disk (the one resumed from, then each written): what a stop that writes none names."""
 
     stop_after_steps: int | None = None
     """Tests only: act as if SIGTERM arrived after this many training steps of the run (all engine calls counted)."""
@@ -238,6 +241,10 @@ class Tape:
         """The call ended: a stop that waited for its last step writes its end and stops the run; otherwise its end
         is kept in memory (for a stop outside calls) when the last copy is old enough."""
         self._in_call = False
+        if self.replaying:  # a skipped call: nothing of it is the run's to keep; the checkpoint on disk stays
+            if interrupts.stop_requested():
+                self._stopped(self.kept_path)
+            return
         if interrupts.stop_requested():
             self._stopped(self._store(self._point(engine_state())))
         if self._clock() - self._last_kept >= min(KEEP_IN_MEMORY_SECONDS, self.every_seconds):
@@ -251,7 +258,9 @@ class Tape:
     def stopped_outside(self) -> None:
         """A stop arrived outside engine calls: writes the resume point last kept in memory (if any) and stops the
         run (:class:`Stopped`)."""
-        self._stopped(self._store(self._kept) if self._kept is not None and self._resume is None else None)
+        if self.replaying:
+            self._stopped(self.kept_path)
+        self._stopped(self._store(self._kept) if self._kept is not None else self.kept_path)
 
     # -- inside ----------------------------------------------------------------------------------------------
     def _alive(self) -> list:
@@ -267,9 +276,9 @@ class Tape:
         return point
 
     def _store(self, point: dict) -> Path:
-        path = self._write(point)
+        self.kept_path = self._write(point)
         self._last_write = self._clock()
-        return path
+        return self.kept_path
 
     def _stopped(self, path: Path | None):
         global _kept_on_stop

@@ -436,4 +436,5 @@ def _checkpointing(spec: RunSpec, method: type[Approximator], config, folder: Pa
     def write(point: dict) -> Path:
         return checkpoint.write_point(path, identity, point, resumes, numerics)
 
-    return checkpoint.Tape(write, data.meter, spec.checkpoint_every, resume), resumes
+    return checkpoint.Tape(write, data.meter, spec.checkpoint_every, resume,
+                           kept_path=path if resume is not None else None), resumes

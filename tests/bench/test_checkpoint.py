@@ -386,3 +386,27 @@ def test_a_method_of_ones_own_in_its_own_process_resumes_only_when_it_says_so(na
         assert line.endswith("method 'rewritten' keeps no checkpoint (it does not declare resumable = True, "
                              "docs/running.md), so the same command starts it again")
         assert not (folder / checkpoint.CHECKPOINT).exists()
+
+
+def test_a_stop_while_replaying_keeps_the_checkpoint_it_resumes_from(tmp_path, monkeypatch):
+    whole, total = _steps_of(tmp_path, "digits", "sae", monkeypatch)
+    spec = _spec(tmp_path / "stopped", "digits", "sae", every=3600.0)
+    monkeypatch.setattr(checkpoint.Tape, "stop_after_steps", 2 * total // 3)
+    with pytest.raises(checkpoint.Stopped) as stopped:
+        run(spec)
+    monkeypatch.setattr(checkpoint.Tape, "stop_after_steps", None)
+    kept = stopped.value.path.read_bytes()
+    original = checkpoint.Tape.enter_call
+
+    def stop_in_a_skipped_call(self):
+        saved = original(self)
+        if saved is not None and saved.get("skip"):
+            interrupts.request_stop()
+        return saved
+
+    monkeypatch.setattr(checkpoint.Tape, "enter_call", stop_in_a_skipped_call)
+    with pytest.raises(checkpoint.Stopped) as again:
+        run(spec)
+    assert again.value.path == stopped.value.path and again.value.path.read_bytes() == kept  # nothing written
+    monkeypatch.setattr(checkpoint.Tape, "enter_call", original)
+    assert run(spec)["predictions_sha256"] == whole["predictions_sha256"]
