@@ -13,11 +13,16 @@ Exit codes (documented in the README):
 - 70 (:data:`EXIT_INTERNAL`): a bug in bdl-bench; the line asks for a report with ``--debug``'s traceback.
 - 130 (:data:`EXIT_INTERRUPTED`): interrupted (Ctrl-C); finished runs are complete, the interrupted one unwritten.
 - 143 (:data:`EXIT_TERMINATED`): terminated by SIGTERM, which stops a command as Ctrl-C does (:mod:`bench.entry`).
+- 141 (:data:`EXIT_CLOSED_PIPE`): standard output's reader stopped reading (``... | head``): the command ends
+  quietly, nothing on standard error, with the status a shell reports for a Unix tool stopped by ``SIGPIPE``.
 """
 
 import errno
 import math
+import os
+import select
 import sqlite3
+import sys
 from dataclasses import dataclass
 
 EXIT_BAD_INPUT = 2
@@ -26,6 +31,7 @@ EXIT_METHOD = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE
 
 DEBUG_ENV = "BDL_BENCH_DEBUG"
 """Set to 1 (or pass ``--debug``) to see the traceback of a failure instead of its one line."""
@@ -117,6 +123,12 @@ class FailedElsewhere(Exception):
 class DamagedFile(BenchError):
     """A file bdl-bench wrote or fetched (a registry, manifest, run record, trust store) that can no longer be
     read as written: truncated, edited, replaced by something that is not a regular file."""
+
+
+class DamagedInstallation(DamagedFile, MachineRefused):
+    """A damaged file of the installation itself (the package's reference evidence, a file a checkout ships): not the
+    user's input but what bdl-bench was installed with, so exit 3 as the machine's refusal is; the line names the file
+    and how to restore it (reinstall, or restore the checkout)."""
 
 
 @dataclass(frozen=True)
@@ -239,9 +251,14 @@ def _flat(text: object, limit: int = EMBEDDED_TEXT_CHARS) -> str:
     return terminal_text(" ".join(text_of(text).split()), limit)
 
 
-TORCH_OUT_OF_MEMORY = ("can't allocate memory", "out of memory")
+TORCH_OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "std::bad_alloc")
 """What PyTorch's allocators say when refused memory, in the ``RuntimeError`` they raise (the CPU's
-``DefaultCPUAllocator: can't allocate memory``; CUDA's ``torch.OutOfMemoryError``, a ``RuntimeError`` too)."""
+``DefaultCPUAllocator: can't allocate memory``; CUDA's ``torch.OutOfMemoryError``, a ``RuntimeError`` too; C++'s
+``std::bad_alloc``, which PyTorch turns into a ``RuntimeError``)."""
+
+LIBRARY_OUT_OF_MEMORY = ("failed to map segment", "cannot allocate memory")
+"""What the dynamic loader says, in the ``ImportError`` of an extension module, when the address space left (``ulimit
+-v``) cannot hold the shared library."""
 
 CHAIN_DEPTH = 16
 """How many causes and contexts of an exception are looked through for the memory refusal behind it."""
@@ -252,9 +269,8 @@ def out_of_memory(error: BaseException) -> bool:
     ``ENOMEM`` or PyTorch's allocation failure, as the error or among its causes and contexts, or a
     ``SystemError`` once this process's address space has come within reach of its limit
     (:func:`bench.memory.address_space_exhausted`: C code refused a small allocation may lose the ``MemoryError``
-    and raise ``SystemError: error return without exception set``)."""
-    from bench.memory import address_space_exhausted
-
+    and raise ``SystemError: error return without exception set``), or an ``ImportError`` whose shared library could
+    not be mapped for want of address space."""
     seen: BaseException | None = error
     for _ in range(CHAIN_DEPTH):
         if seen is None:
@@ -263,10 +279,35 @@ def out_of_memory(error: BaseException) -> bool:
             return True
         if isinstance(seen, RuntimeError) and any(words in str(seen) for words in TORCH_OUT_OF_MEMORY):
             return True
-        if isinstance(seen, SystemError) and address_space_exhausted():
+        if isinstance(seen, ImportError) and any(words in str(seen) for words in LIBRARY_OUT_OF_MEMORY):
             return True
+        if isinstance(seen, SystemError):
+            from bench.memory import address_space_exhausted  # imported only here: memory may be short
+
+            if address_space_exhausted():
+                return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def closed_pipe(error: BaseException) -> bool:
+    """Whether ``error`` is standard output's reader gone (``python -m bench methods | head -2``): then a command ends
+    as a Unix tool does, quietly (:data:`EXIT_CLOSED_PIPE`), its unwritten output dropped. A broken pipe of another
+    file (a worker's) is a failure like any other."""
+    if not (isinstance(error, OSError) and error.errno == errno.EPIPE):
+        return False
+    try:
+        out = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(out, select.POLLOUT)
+        gone = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, ValueError, OSError):  # no file descriptor under it (a test's capture): not ours to say
+        return False
+    if gone:  # what is still buffered, and whatever else writes there, goes nowhere, without a complaint at exit
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nowhere, out)
+        os.close(nowhere)
+    return gone
 
 
 def describe_failure(error: BaseException) -> tuple[int, str]:

@@ -8,6 +8,7 @@ and are converted once into ``.npy`` files that later runs memory-map.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -90,6 +91,6 @@ def npz_array(path: Path, key: str) -> np.ndarray:
             if key not in archive.files:
                 raise FormatError(f"{path.name}: no array {key!r} (it holds {', '.join(archive.files)})")
             return archive[key]
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
         raise FormatError(f"{path.name}: not a readable .npz archive ({error})") from None
 

@@ -17,12 +17,14 @@ import json
 import os
 import stat
 import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from bench.errors import BenchError, DamagedFile, cannot_write
+from bench.errors import MACHINE_ERRNOS, BenchError, DamagedFile, DamagedInstallation, cannot_write
 
 JSON_BYTES_LIMIT = 64 * 2**20
 """The largest JSON file bdl-bench reads (its own are kilobytes; a run's record with every argument is
@@ -171,9 +173,13 @@ def json_depth(value) -> int:
     return depth
 
 
-def read_json(path: Path, what: str, repair: str, limit: int = JSON_BYTES_LIMIT) -> dict:
+def read_json(path: Path, what: str, repair: str, limit: int = JSON_BYTES_LIMIT, installed: bool = False) -> dict:
     """A JSON object from ``path`` (see :func:`read_regular_file`), or one :class:`DamagedFile` line naming
-    the file, what is wrong and ``repair`` (the command that fixes it)."""
+    the file, what is wrong and ``repair`` (the command that fixes it); a :class:`DamagedInstallation` (exit 3) where
+    ``installed``: a file the installation ships, not the user's."""
+    if installed:
+        with _as_installed():
+            return read_json(path, what, repair, limit)
     data = read_regular_file(path, limit, what, repair)
     try:
         value = json.loads(data)
@@ -185,3 +191,111 @@ def read_json(path: Path, what: str, repair: str, limit: int = JSON_BYTES_LIMIT)
     if not isinstance(value, dict):
         raise DamagedFile(f"{path}: the {what} is damaged (a JSON {type(value).__name__}, not an object); {repair}")
     return value
+
+
+@contextlib.contextmanager
+def _as_installed() -> Iterator[None]:
+    """A :class:`DamagedFile` raised in the block, as the :class:`DamagedInstallation` it is for a file the
+    installation ships."""
+    try:
+        yield
+    except DamagedInstallation:
+        raise
+    except DamagedFile as error:
+        raise DamagedInstallation(*error.args) from None
+
+
+ARCHIVE_FAILURES = (ValueError, OSError, EOFError, KeyError, IndexError, zipfile.BadZipFile, zlib.error)
+"""What NumPy's and PyTorch's readers raise on a truncated, edited or foreign archive (a ``.npz`` is a zip file; a
+``.pt`` file a zip of pickles): a damaged file, never a bug."""
+
+
+def _damaged(path: Path, what: str, error: BaseException, repair: str) -> DamagedFile:
+    if isinstance(error, FileNotFoundError):
+        return DamagedFile(f"{path}: the {what} is missing; {repair}")
+    detail = " ".join(str(error).split())[:200]
+    return DamagedFile(f"{path}: the {what} is damaged and cannot be read ({type(error).__name__}"
+                       f"{': ' + detail if detail else ''}); {repair}")
+
+
+def _refused_by_machine(error: BaseException) -> bool:
+    """An operating system error that is the machine's refusal (memory, file handles), not the file's damage."""
+    return isinstance(error, OSError) and error.errno in MACHINE_ERRNOS
+
+
+def read_npz(path: Path, what: str, repair: str, installed: bool = False) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` (or ``.npy``, as ``{"array": ...}``) file at ``path``, read whole, without pickles,
+    from a regular file; a file that is missing, truncated, edited or not an archive is one :class:`DamagedFile` line
+    naming it, what it is (``what``) and ``repair``, a :class:`DamagedInstallation` (exit 3) where ``installed``. The
+    one reader of the arrays bdl-bench and its scripts keep (chain files, predictions, evidence)."""
+    if installed:
+        with _as_installed():
+            return read_npz(path, what, repair)
+    try:
+        with open_regular_file(path, what, repair) as f:
+            loaded = np.load(f, allow_pickle=False)
+            if isinstance(loaded, np.ndarray):
+                return {"array": loaded}
+            with loaded:
+                return {name: loaded[name] for name in loaded.files}
+    except DamagedFile:
+        raise
+    except ARCHIVE_FAILURES as error:
+        if _refused_by_machine(error):
+            raise
+        raise _damaged(path, what, error, repair) from None
+
+
+def read_torch(path: Path, what: str, repair: str, installed: bool = False):
+    """What ``torch.save`` wrote to ``path`` (tensors and plain values only: ``weights_only``, on the CPU), from a
+    regular file; a damaged one is one :class:`DamagedFile` line as :func:`read_npz` says (the one reader of
+    checkpoints bdl-bench writes with ``torch.save``)."""
+    if installed:
+        with _as_installed():
+            return read_torch(path, what, repair)
+    import pickle
+
+    import torch
+
+    try:
+        with open_regular_file(path, what, repair) as f:
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except DamagedFile:
+        raise
+    except (*ARCHIVE_FAILURES, RuntimeError, pickle.UnpicklingError, AttributeError, TypeError) as error:
+        if _refused_by_machine(error) or isinstance(error, RuntimeError) and "memory" in str(error):
+            raise
+        raise _damaged(path, what, error, repair) from None
+
+
+def read_json_file(path: Path, what: str, repair: str, installed: bool = False):
+    """Any JSON value (an object or not) from ``path``, as :func:`read_json` reads an object: a damaged file is one
+    :class:`DamagedFile` line."""
+    if installed:
+        with _as_installed():
+            return read_json_file(path, what, repair)
+    data = read_regular_file(path, JSON_BYTES_LIMIT, what, repair)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise _damaged(path, what, error, repair) from None
+
+
+MALFORMED = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+"""What reading a field a JSON file lacks, or holds as another type, raises."""
+
+
+@contextlib.contextmanager
+def malformed_is_damage(path: Path, what: str, repair: str, installed: bool = False) -> Iterator[None]:
+    """Reads of the fields of a file already parsed (a results file, a kept measurement) inside the block: a field
+    missing or of another type is one :class:`DamagedFile` line naming ``path`` (a :class:`DamagedInstallation`, exit
+    3, where ``installed``), never a bug's traceback."""
+    try:
+        yield
+    except BenchError:
+        raise
+    except MALFORMED as error:
+        kind = DamagedInstallation if installed else DamagedFile
+        detail = " ".join(str(error).split())[:100]
+        raise kind(f"{path}: the {what} is damaged (a field missing or of another type: {type(error).__name__}"
+                   f"{' ' + detail if detail else ''}); {repair}") from None

@@ -25,7 +25,7 @@ import numpy as np
 from bench.arguments import SEED_LIMIT
 from bench.budget import budget_label
 from bench.errors import COMMAND_LINE, BenchError, ConfigError, DamagedFile, Spelling, cannot_write, shown
-from bench.io import atomic_write_bytes, exclusive, json_bytes, json_depth, npz_bytes, read_json
+from bench.io import atomic_write_bytes, exclusive, json_bytes, json_depth, npz_bytes, read_json, read_npz
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
@@ -114,6 +114,18 @@ def claimed(folder: Path, force: bool, config: dict | None = None) -> Iterator[N
                                       f"--out", unwritable=f"cannot write to output folder {folder}"):
         check_unfinished(folder, force, config)
         yield
+
+
+def read_predictions_array(folder: Path, result: dict) -> np.ndarray:
+    """The array of a run's ``predictions.npz`` under the record's reference key; a missing, damaged or keyless file
+    is one :class:`DamagedFile` line naming it (:func:`bench.io.read_npz`)."""
+    path = Path(folder) / PREDICTIONS
+    repair = "run it again with --force to replace it"
+    arrays = read_npz(path, "run's predictions", repair)
+    key = result["reference"]["key"]
+    if key not in arrays:
+        raise DamagedFile(f"{path}: the run's predictions hold no array {shown(key)}, which its record names; {repair}")
+    return arrays[key]
 
 
 def predictions_sha256(predictions: np.ndarray) -> str:

@@ -235,8 +235,7 @@ DISTANCE = {"classification": ("total_variation", metrics.total_variation),
 
 def predictive(result: dict, out: Path) -> np.ndarray:
     folder = records.run_folder(out, result["task"], result["method"], result["budget"], result["seed"])
-    with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
-        return npz[result["reference"]["key"]]
+    return records.read_predictions_array(folder, result)
 
 
 def scale(task, predictions: np.ndarray) -> float:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import math
 import time
 from pathlib import Path
@@ -294,6 +293,21 @@ def by_task(rows: list[dict], tasks: list[str], counts: tuple[str, ...], shares:
     return summary
 
 
+def _baseline(path: Path) -> dict:
+    """The gate baseline at ``path``, checked as ``check`` checks one, with the machine it names; a damaged one is one
+    line naming it."""
+    from bench.errors import DamagedFile
+    from leaderboard.gate.baseline import load_baseline
+
+    baseline = load_baseline(path)
+    environment = baseline.get("environment")
+    if not (isinstance(environment, dict) and all(isinstance(environment.get(k), str)
+                                                  for k in ("cpu_id", "cpu_capability"))):
+        raise DamagedFile(f"{path}: the baseline names no machine (environment.cpu_id, environment.cpu_capability); "
+                          f"write it again with `python -m bench check --update --baseline {path}`")
+    return baseline
+
+
 def main(argv: list[str] | None = None) -> None:
     from tabulate import tabulate
 
@@ -313,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)  # nothing trains; numpy and scipy only, as one thread computes them anywhere
     started = time.monotonic()
-    elsewhere, here = (json.loads(path.read_text()) for path in (args.elsewhere, args.here))
+    elsewhere, here = (_baseline(path) for path in (args.elsewhere, args.here))
     elsewhere = {**elsewhere, "results": {method: series for method, series in elsewhere["results"].items()
                                           if method not in args.changed}}
     print(f"elsewhere: {elsewhere['environment']['cpu_id']} ({elsewhere['environment']['cpu_capability']}); "

@@ -41,8 +41,7 @@ def rescored(folder: Path, result: dict) -> tuple[dict, bool]:
     reference = shipped_reference(task.name)
     if result["reference"]["sha256"] == reference.sha256:
         return result, False
-    with np.load(folder / records.PREDICTIONS, allow_pickle=False) as npz:
-        predictions = npz[result["reference"]["key"]]
+    predictions = records.read_predictions_array(folder, result)
     overall, by_block = score(task, predictions, reference)
     return {**result, "metrics": overall, "metrics_by_block": by_block, "noise_floor": reference.noise_floor}, True
 

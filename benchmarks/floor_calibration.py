@@ -140,11 +140,11 @@ def reference_splits(task_name: str, critical: float) -> dict:
     from bench.tasks import get_task
     from leaderboard.ranking import PRIMARY, floor_excess, higher_is_better
     from reference import evidence
-    from reference.store import PACKAGE_DATA, evidence_path, load_reference
+    from reference.store import PACKAGE_DATA, RESTORE_EVIDENCE, evidence_path, load_reference
 
     task = get_task(task_name)
     reference = load_reference(task).array
-    kept = evidence.load(evidence_path(PACKAGE_DATA, task_name), "a clone of the repository holds it")
+    kept = evidence.load(evidence_path(PACKAGE_DATA, task_name), RESTORE_EVIDENCE, installed=True)
     statistics = []
     for smaller in itertools.combinations(range(kept.chains), kept.chains // 2):
         run = [c for c in range(kept.chains) if c not in smaller]

@@ -91,17 +91,27 @@ def _write_saved(path: Path, meta: dict, arrays: dict) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+DAMAGED_CHAIN = "delete it, or pass --restart to discard the chains' files and sample them again"
+"""How a damaged chain file is repaired."""
+
+
 def _read_saved(path: Path, identity: dict) -> tuple[dict, dict] | None:
-    """The meta and arrays :func:`_write_saved` wrote with the same arguments, else None (a file written with other
-    arguments, missing or damaged: its chain is sampled again)."""
-    try:
-        with np.load(path) as saved:
-            meta = json.loads(str(saved["meta"]))
-            if meta["identity"] != identity:
-                return None
-            return meta, {name: saved[name] for name in saved.files if name != "meta"}
-    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+    """The meta and arrays :func:`_write_saved` wrote with the same arguments, None for a missing file or one written
+    with other arguments (its chain is sampled again); a damaged file (truncated, edited, not this script's) is one
+    :class:`~bench.errors.DamagedFile` line naming it (:func:`bench.io.read_npz`)."""
+    from bench.errors import DamagedFile
+    from bench.io import read_npz
+
+    if not path.exists():
         return None
+    saved = read_npz(path, "chain file", DAMAGED_CHAIN)
+    try:
+        meta = json.loads(str(saved["meta"]))
+        same = meta["identity"] == identity
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise DamagedFile(f"{path}: the chain file is damaged (it holds no readable meta of this script); "
+                          f"{DAMAGED_CHAIN}") from None
+    return (meta, {name: array for name, array in saved.items() if name != "meta"}) if same else None
 
 
 def _save_partial(path: Path, identity: dict, leaves: list, kept: dict, seconds: float) -> None:
@@ -114,7 +124,13 @@ def _save_partial(path: Path, identity: dict, leaves: list, kept: dict, seconds:
 
 def _load_partial(path: Path, identity: dict) -> dict | None:
     """A running chain's checkpoint written with the same arguments, else None (then the chain starts over)."""
-    saved = _read_saved(path, identity)
+    from bench.errors import DamagedFile
+
+    try:
+        saved = _read_saved(path, identity)
+    except DamagedFile as error:  # written atomically, so only an edit damages it: say so, and start over
+        print(f"note: {error}; chain starts over", flush=True)
+        return None
     if saved is None:
         return None
     meta, arrays = saved
@@ -327,9 +343,9 @@ def verdict(task, reference, chains: list[dict], seed: int) -> dict:
     quantities = np.concatenate([np.stack([c["arrays"]["point_draws"] for c in chains]).reshape(
         n_chains, len(chains[0]["arrays"]["traces"]), -1).astype(np.float64),
         np.stack([c["arrays"]["traces"] for c in chains])], axis=2)
-    from reference.store import PACKAGE_DATA, evidence_path
+    from reference.store import PACKAGE_DATA, RESTORE_EVIDENCE, evidence_path
 
-    ours = evidence.load(evidence_path(PACKAGE_DATA, task.name), "a clone of the repository holds it")
+    ours = evidence.load(evidence_path(PACKAGE_DATA, task.name), RESTORE_EVIDENCE, installed=True)
     decision = crosscheck.permutation_test(ours.point_draws, np.stack([c["arrays"]["point_draws"] for c in chains]),
                                            task.kind)
     return {"task": task.name, "reference_sha256": reference.sha256, "distance": distance, "blocks": rows,
@@ -359,9 +375,14 @@ def _overwritten_verdict(out: Path, settings: dict) -> str | None:
     verdict of 8 chains is never silently rewritten from 4 of them."""
     if not out.exists():
         return None
+    from bench.errors import DamagedFile
+    from bench.io import read_json
+
     try:
-        held = json.loads(out.read_text())["settings"]
-    except (OSError, ValueError, KeyError, TypeError):
+        held = read_json(out, "results file", "")["settings"]
+    except (DamagedFile, KeyError):
+        held = None
+    if not isinstance(held, dict):
         return f"{out} is not a results file of this script (or is damaged)"
     changed = [f"--{name} {held.get(name)} there, {value} here" for name, value in settings.items()
                if held.get(name) != value]
@@ -394,6 +415,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     import jax_models
+    from bench.errors import DamagedFile
     from bench.io import atomic_write_bytes
     from bench.functional import StackedModel, seeded_module
     from bench.tasks import get_task
@@ -409,7 +431,16 @@ def main(argv: list[str] | None = None) -> None:
     out, saved = results_paths(task.name, args.out)
     saved.mkdir(parents=True, exist_ok=True)
     identity = chain_identity(task, reference.array, args.warmup, args.samples, args.dtype, args.seed)
-    foreign = [path.name for path in sorted(saved.glob("chain-*.npz")) if _read_saved(path, identity) is None]
+    foreign = []
+    for path in sorted(saved.glob("chain-*.npz")):
+        try:
+            other = _read_saved(path, identity) is None
+        except DamagedFile:
+            if not args.restart:
+                raise
+            other = True
+        if other:
+            foreign.append(path.name)
     if foreign and not args.restart:
         parser.exit(2, f"error: {saved} holds {', '.join(foreign)}, made with other arguments (or damaged); run with "
                        "the arguments they were made with, or pass --restart to discard them\n")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import re
 import shlex
@@ -49,9 +48,11 @@ RAY_PORT = 6391
 
 def finished_runs(out: Path) -> dict[str, tuple[dict, bytes]]:
     """Each finished run under ``out`` by folder: its metrics and the bytes of its predictions."""
-    return {str(p.parent.relative_to(out)): (json.loads(p.read_text())["metrics"],
-                                             (p.parent / "predictions.npz").read_bytes())
-            for p in sorted(out.rglob("result.json"))}
+    from bench import records
+
+    return {str(p.parent.relative_to(out)): (records.read_result(p.parent)["metrics"],
+                                             (p.parent / records.PREDICTIONS).read_bytes())
+            for p in sorted(out.rglob(records.RESULT))}
 
 
 def sweep(grid: list[str], out: Path, *options: str, env: dict | None = None) -> tuple[float, str]:

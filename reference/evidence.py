@@ -49,15 +49,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench import metrics
-from bench.errors import ReferenceMismatch
-from bench.io import npz_bytes
+from bench.errors import DamagedFile, DamagedInstallation, ReferenceMismatch
+from bench.io import npz_bytes, read_npz
 from bench.tasks import Task
 from reference import diagnostics
 
@@ -136,17 +135,17 @@ def point_quantities(task: Task, draws: np.ndarray, reference: np.ndarray, point
     return draws[:, :, points, :].astype(np.float32)
 
 
-def load(path: Path, advice: str) -> Evidence:
-    """The evidence file at ``path``; one :class:`ReferenceMismatch` line if it cannot be read or lacks an array."""
+def load(path: Path, advice: str, installed: bool = False) -> Evidence:
+    """The evidence file at ``path``; one :class:`ReferenceMismatch` line if it cannot be read or lacks an array, a
+    :class:`~bench.errors.DamagedInstallation` (exit 3) where ``installed`` (the package's own evidence)."""
+    damaged = DamagedInstallation if installed else ReferenceMismatch
     try:
-        with np.load(path, allow_pickle=False) as loaded:
-            arrays = {name: loaded[name] for name in loaded.files}
-    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as error:
-        raise ReferenceMismatch(f"reference evidence damaged: {path} cannot be read ({type(error).__name__}); "
-                                f"{advice}") from None
+        arrays = read_npz(path, "reference evidence", advice)
+    except DamagedFile as error:
+        raise damaged(f"reference evidence damaged: {error}") from None
     missing = [name for name in ARRAYS if name not in arrays]
     if missing:
-        raise ReferenceMismatch(f"reference evidence damaged: {path} lacks {', '.join(missing)}; {advice}")
+        raise damaged(f"reference evidence damaged: {path} lacks {', '.join(missing)}; {advice}")
     evidence = Evidence(**{name: arrays[name] for name in ARRAYS}, chain_average=arrays.get("chain_average"),
                         every_point_draws=arrays.get("every_point_draws"))
     draws = evidence.point_draws
@@ -161,8 +160,8 @@ def load(path: Path, advice: str) -> Evidence:
                 or evidence.every_point_draws.shape[3] != draws.shape[3]
                 or not np.isfinite(evidence.every_point_draws).all()) \
             or not all(np.isfinite(a).all() for a in (draws, evidence.traces, evidence.accept_prob)):
-        raise ReferenceMismatch(f"reference evidence damaged: {path} holds arrays of inconsistent shapes or non-finite "
-                                f"values; {advice}")
+        raise damaged(f"reference evidence damaged: {path} holds arrays of inconsistent shapes or non-finite "
+                      f"values; {advice}")
     return evidence
 
 

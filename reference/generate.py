@@ -38,7 +38,7 @@ import bench
 from bench import hmc, metrics
 from bench.errors import DamagedFile, cannot_write
 from bench.functional import ParameterLayout, StackedModel
-from bench.io import atomic_write_bytes, exclusive, open_regular_file
+from bench.io import atomic_write_bytes, exclusive, read_torch
 from bench.likelihoods import Categorical
 from bench.tasks import PREDICTIVE_SAMPLES, Task
 from reference import diagnostics, evidence
@@ -206,13 +206,7 @@ def _load_checkpoint(path: Path, identity: dict, restart: str, total: int) -> di
     ``total`` iterations; one line otherwise."""
     if not path.exists():
         return None
-    try:
-        with open_regular_file(path, "HMC checkpoint", restart) as f:
-            saved = torch.load(f, map_location="cpu", weights_only=True)
-    except DamagedFile:
-        raise
-    except Exception as error:  # truncated, not a torch file, or holding objects other than tensors and numbers
-        raise DamagedFile(f"{path}: the HMC checkpoint cannot be read ({type(error).__name__}); {restart}") from None
+    saved = read_torch(path, "HMC checkpoint", restart)  # truncated, not a torch file, or holding code: one line
     if not isinstance(saved, dict) or saved.get("identity") != identity:
         raise DamagedFile(f"{path}: the HMC checkpoint was written for other settings, chains, task data or "
                           f"versions than this generation's; {restart}")

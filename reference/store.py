@@ -24,6 +24,8 @@ from reference.format import Reference, checked_entry, read_array
 
 PACKAGE_DATA = Path(__file__).parent / "data"
 EVIDENCE = Path(__file__).parent / "evidence"
+RESTORE_EVIDENCE = "restore it from the repository (git checkout -- reference/evidence) or reinstall from a clone"
+"""How a damaged file of the shipped evidence is repaired (it is the installation's, not the user's: exit 3)."""
 """The shipped references' evidence (:mod:`reference.evidence`): in the repository, not in the wheel."""
 REGISTRY = Path(__file__).parent / "registry.json"
 
@@ -169,7 +171,7 @@ def diagnose(task: Task, folder: Path | None = None) -> Diagnosis:
     if actual != expected:
         raise ReferenceMismatch(f"reference evidence corrupted: {path} has sha256 {actual[:16]}..., "
                                 f"{expected[:16]}... was recorded; refusing to diagnose from it")
-    kept = evidence.load(path, regenerate)
+    kept = evidence.load(path, regenerate, installed=folder is None)
     seed = metadata.get("hmc", {}).get("seed") if isinstance(metadata, dict) else None
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ReferenceMismatch(f"reference damaged: its metadata states no integer HMC seed; {regenerate}")

@@ -4,9 +4,9 @@ references' evidence."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from bench.io import malformed_is_damage, read_json
 from bench.tasks import get_task
 from reference import crosscheck
 from reference.evidence import EVERY_POINT, generation_rhat, gold_standard
@@ -103,31 +103,34 @@ def nuts_table(folder: Path) -> str:
         if not path.exists():
             lines.append(f"- `{name}`: not finished (no `{path.name}`).")
             continue
-        result = json.loads(path.read_text())
-        current = load_reference(get_task(name)).sha256 == result["reference_sha256"]
-        distance, settings = result["distance"], result["settings"]
-        lines += [f"`{name}` ({settings['chains']} chains of {settings['warmup']} + {settings['samples']} iterations; "
-                  f"NUTS's worst split R-hat {result['nuts_max_split_rhat']:.3f}, smallest bulk ESS "
-                  f"{result['nuts_min_bulk_ess']:.0f}, tail ESS {result['nuts_min_tail_ess']:.0f}; "
-                  f"{sum(c['seconds'] for c in result['chains']) / 3600:.1f} h of sampling"
-                  + ("" if current else "; made against an earlier reference") + "):", "",
-                  crosscheck_sentence(result["test"]), "",
-                  f"| block | NUTS vs ours ({NAMES[distance]}) | our floor | NUTS floor | expected if one posterior | "
-                  "ratio |", "|---|---|---|---|---|---|"]
-        tests.append((name, result["test"]))
-        for block, row in result["blocks"].items():
-            lines.append(f"| {block} | {row['nuts_vs_reference'][distance]:.4f} | "
-                         f"{row['reference_noise_floor'][distance]:.4f} | {row['nuts_noise_floor'][distance]:.4f} | "
-                         f"{row['expected_if_equal']:.4f} | {row['ratio']:.2f} |")
-            ratios.append(row["ratio"])
-        chains = result["chains"]
-        lines += ["", "NUTS per chain: " + "; ".join(
-            f"{label} {', '.join(shown(chain) for chain in chains)}" for label, shown in (
-                ("divergences", lambda c: f"{c['divergences']}"),
-                ("mean acceptance", lambda c: f"{c['mean_accept_prob']:.3f}"),
-                ("mean tree (leapfrog steps)", lambda c: f"{c['mean_tree_steps']:.0f}"),
-                ("step size", lambda c: f"{c['step_size']:.2e}"),
-                ("seconds of sampling", lambda c: f"{c['seconds']:.0f}"))) + ".", ""]
+        repair = f"restore it from the repository (git checkout -- {path}) or make it again with " \
+                 f"`python benchmarks/nuts_crosscheck.py --task {name} --verdict-only`"
+        result = read_json(path, "NUTS cross-check results file", repair, installed=True)
+        with malformed_is_damage(path, "NUTS cross-check results file", repair, installed=True):
+            current = load_reference(get_task(name)).sha256 == result["reference_sha256"]
+            distance, settings = result["distance"], result["settings"]
+            lines += [f"`{name}` ({settings['chains']} chains of {settings['warmup']} + {settings['samples']} iterations; "
+                      f"NUTS's worst split R-hat {result['nuts_max_split_rhat']:.3f}, smallest bulk ESS "
+                      f"{result['nuts_min_bulk_ess']:.0f}, tail ESS {result['nuts_min_tail_ess']:.0f}; "
+                      f"{sum(c['seconds'] for c in result['chains']) / 3600:.1f} h of sampling"
+                      + ("" if current else "; made against an earlier reference") + "):", "",
+                      crosscheck_sentence(result["test"]), "",
+                      f"| block | NUTS vs ours ({NAMES[distance]}) | our floor | NUTS floor | expected if one posterior | "
+                      "ratio |", "|---|---|---|---|---|---|"]
+            tests.append((name, result["test"]))
+            for block, row in result["blocks"].items():
+                lines.append(f"| {block} | {row['nuts_vs_reference'][distance]:.4f} | "
+                             f"{row['reference_noise_floor'][distance]:.4f} | {row['nuts_noise_floor'][distance]:.4f} | "
+                             f"{row['expected_if_equal']:.4f} | {row['ratio']:.2f} |")
+                ratios.append(row["ratio"])
+            chains = result["chains"]
+            lines += ["", "NUTS per chain: " + "; ".join(
+                f"{label} {', '.join(shown(chain) for chain in chains)}" for label, shown in (
+                    ("divergences", lambda c: f"{c['divergences']}"),
+                    ("mean acceptance", lambda c: f"{c['mean_accept_prob']:.3f}"),
+                    ("mean tree (leapfrog steps)", lambda c: f"{c['mean_tree_steps']:.0f}"),
+                    ("step size", lambda c: f"{c['step_size']:.2e}"),
+                    ("seconds of sampling", lambda c: f"{c['seconds']:.0f}"))) + ".", ""]
     if ratios:
         lines.append(f"Over every finished check and block ({len(ratios)} rows), the ratio lies between "
                      f"{min(ratios):.2f} and {max(ratios):.2f}.")
