@@ -9,7 +9,9 @@ where the numerics are the ones recorded (CPU, library versions, one torch threa
 training. ``python -m bench leaderboard`` shows them by default beside the database's runs (``--no-shipped``
 leaves them out), each entry labelled :data:`LABEL` and submitted by :data:`SUBMITTER`; they are never inserted into
 a database. A shipped record made for another version of its task or another reference than this installation's is
-left out, and said so on standard error.
+left out, and said so on standard error; so is one the store's manifest (:data:`MANIFEST`, each record's sha256,
+written by the sweep into this folder) does not list as it is, or whose folder names another run than its record
+(:func:`checked_records`).
 
 The README's results table (between :data:`README_BEGIN` and :data:`README_END`) is generated from the store:
 ``python -m leaderboard.shipped --write README.md``; a test keeps the two in agreement, and another that the store
@@ -22,7 +24,9 @@ what is missing). ``python -m bench.docblocks --write`` writes docs/leaderboard.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,29 +92,147 @@ def folders(root: Path | None = None) -> list[Path]:
     return sorted(result.parent for result in root.rglob(records.RESULT)) if root.is_dir() else []
 
 
+MANIFEST = "SHA256SUMS"
+"""The store's manifest, in its folder: one line per record, ``<sha256>  <task>/<method>/budget-<B>/seed-<S>/result.json``
+(the format of ``sha256sum``, so ``sha256sum -c SHA256SUMS`` in the folder checks it too), sorted by path. The sweep
+that makes the store writes it (``sweep --out leaderboard/shipped``: :func:`write_manifest`), a test recomputes it,
+and the board leaves out a record it does not list with that sha256 (:func:`checked_records`)."""
+_MANIFEST_LINE = re.compile(r"([0-9a-f]{64})  (\S+)")
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def manifest_text(root: Path | None = None) -> str:
+    """The manifest of the store at ``root`` (default :data:`FOLDER`) as it is on disk: each record's sha256 and path."""
+    root = FOLDER if root is None else root
+    return "".join(f"{hashlib.sha256((folder / records.RESULT).read_bytes()).hexdigest()}  "
+                   f"{_relative(folder / records.RESULT, root)}\n" for folder in folders(root))
+
+
+def write_manifest(root: Path | None = None) -> Path:
+    """Writes the manifest of the store at ``root`` (default :data:`FOLDER`) from its records; returns its path."""
+    from bench.io import atomic_write_bytes
+
+    root = FOLDER if root is None else root
+    path = root / MANIFEST
+    atomic_write_bytes(path, manifest_text(root).encode(), "the shipped store's manifest")
+    return path
+
+
+def read_manifest(root: Path) -> dict[str, str]:
+    """The manifest of the store at ``root``: sha256 by record path. A missing or damaged manifest is one
+    :class:`~bench.errors.DamagedFile` line."""
+    path = root / MANIFEST
+    try:
+        text = path.read_text(encoding="ascii")
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise DamagedFile(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    listed: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _MANIFEST_LINE.fullmatch(line)
+        if match is None or match[2] in listed:
+            raise DamagedFile(f"{path}: line {number} is not `<sha256>  <path>` of a record listed once")
+        listed[match[2]] = match[1]
+    return listed
+
+
+REPAIR = ("it is part of the installed bdl-bench, not yours: reinstall bdl-bench, or in a checkout restore the "
+          "store from git (`git checkout leaderboard/shipped`), or delete the folder and run the store's sweeps "
+          "(`python -m leaderboard.shipped --help` names them)")
+
+
+def _named_otherwise(folder: Path, root: Path, result: dict) -> str | None:
+    """What the path of ``folder`` names otherwise than its record (task, method, budget, seed), or None where the
+    folder is the record's run folder (:func:`bench.records.run_folder`)."""
+    expected = records.run_folder(root, result["task"], result["method"], float(result["budget"]), result["seed"])
+    if folder == expected:
+        return None
+    found, wanted = folder.relative_to(root).parts, expected.relative_to(root).parts
+    if len(found) != len(wanted):
+        return f"is not {_relative(expected, root)}, the folder of its record's run"
+    return "names " + ", ".join(f"{name} {have!r} where its record's is {want!r}" for name, have, want
+                     in zip(("task", "method", "budget", "seed"), found, wanted) if have != want)
+
+
+def checked_records(root: Path | None = None, on_record: Callable[[int, int], None] | None = None
+                    ) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """The records of the store at ``root`` (default :data:`FOLDER`) that the board may show, each with its folder,
+    and one line per record left out (and per manifest entry with no record): a record that is damaged, is not listed
+    in the manifest (:data:`MANIFEST`) with the sha256 of its bytes (edited, or copied in), or lies in a folder that
+    names another task, method, budget or seed than it does; a (task, method, budget, seed) is never counted twice.
+    Each record file is read and hashed once here."""
+    root = FOLDER if root is None else root
+    every = folders(root)
+    lines: list[str] = []
+    try:
+        listed = read_manifest(root) if every else {}
+    except DamagedFile as error:
+        if on_record is not None:
+            on_record(len(every), len(every))
+        return [], [f"{error}: the shipped store's {len(every)} records are left out, none can be checked; {REPAIR}"]
+    found, seen, present = [], {}, set()
+    for index, folder in enumerate(every):
+        if on_record is not None:
+            on_record(index, len(every))
+        path = folder / records.RESULT
+        name = _relative(path, root)
+        present.add(name)
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as error:
+            lines.append(f"{folder}: left out, damaged ({path}: cannot be read: {error.strerror or error}); {REPAIR}")
+            continue
+        if name not in listed:
+            lines.append(f"{folder}: left out, its record is not in the store's manifest ({root / MANIFEST}): added "
+                         f"or copied after the store was made; {REPAIR}")
+            continue
+        if listed[name] != digest:
+            lines.append(f"{folder}: left out, its record is not the one the store's manifest ({root / MANIFEST}) "
+                         f"lists (sha256 {digest[:16]}..., listed {listed[name][:16]}...): edited after the store was "
+                         f"made; {REPAIR}")
+            continue
+        try:
+            result = records.checked_result(folder)
+            if not isinstance(result.get("predictions_sha256"), str):
+                raise DamagedFile(f"{path}: holds no sha256 of its predictions")
+        except DamagedFile as error:  # one damaged file of the installed store must not refuse every board
+            lines.append(f"{folder}: left out, damaged ({error}); {REPAIR}")
+            continue
+        otherwise = _named_otherwise(folder, root, result)
+        if otherwise is not None:
+            lines.append(f"{folder}: left out, its folder {otherwise}; {REPAIR}")
+            continue
+        key = (result["task"], result["method"], float(result["budget"]), result["seed"])
+        if key in seen:  # the folder check allows one folder per key; this holds it whatever the folders' names
+            lines.append(f"{folder}: left out, the same run (task, method, budget, seed) as {seen[key]}, which is "
+                         f"counted once; {REPAIR}")
+            continue
+        seen[key] = folder
+        found.append((folder, result))
+    for name in sorted(set(listed) - present):
+        lines.append(f"{root / name}: listed in the store's manifest ({root / MANIFEST}) but missing; {REPAIR}")
+    if on_record is not None and every:
+        on_record(len(every), len(every))
+    return found, lines
+
+
 def rows(tasks: list[str] | None = None, budgets: list[float] | None = None, root: Path | None = None,
          installed=None, on_record: Callable[[int, int], None] | None = None) -> tuple[list[RunRow], list[str]]:
     """The store's runs as leaderboard rows (of ``tasks`` and ``budgets`` only, when given), and one line per run left
-    out because it was made for another version of its task or another reference than this installation's.
+    out: one :func:`checked_records` leaves out (damaged, not the manifest's, in another run's folder, counted
+    already), or made for another version of its task or another reference than this installation's.
     ``installed``: a :class:`leaderboard.submission.InstalledReferences` the board shares (each task and reference
     loaded once); ``on_record``: hears (records read, records in the store) as each is read (a progress bar)."""
     from leaderboard.submission import InstalledReferences
 
     installed = InstalledReferences() if installed is None else installed
-    found, stale, configs = [], [], {}
-    every = folders(root)
-    for index, folder in enumerate(every):
-        if on_record is not None:
-            on_record(index, len(every))
-        try:
-            result = records.checked_result(folder)
-            if not isinstance(result.get("predictions_sha256"), str):
-                raise DamagedFile(f"{folder / records.RESULT}: holds no sha256 of its predictions")
-        except DamagedFile as error:  # one damaged file of the installed store must not refuse every board
-            stale.append(f"{folder}: left out, damaged ({error}); it is part of the installed bdl-bench, not yours: "
-                         "reinstall bdl-bench, or in a checkout delete the folder and run the store's sweeps "
-                         "(`python -m leaderboard.shipped --help` names them)")
-            continue
+    checked, stale = checked_records(root, on_record)
+    found, configs = [], {}
+    for folder, result in checked:
         if (tasks and result["task"] not in tasks) or (budgets and float(result["budget"]) not in budgets):
             continue
         try:
@@ -125,8 +247,6 @@ def rows(tasks: list[str] | None = None, budgets: list[float] | None = None, roo
         else:
             found.append(_row(result, folder, task.kind, reference.noise_floor, reference.noise_floor_spread,
                               configs))
-    if on_record is not None and every:
-        on_record(len(every), len(every))
     return found, stale
 
 
@@ -232,12 +352,11 @@ def fidelity_tables(shipped: list[RunRow]) -> str:
 
 def store_summary(root: Path | None = None) -> str:
     """docs/leaderboard.md's account of the store (``root``, default :data:`FOLDER`): the sweeps' commands, and from the
-    records themselves how many runs each holds and over which seeds, their size, the minutes of one core they took
+    records the board shows (:func:`checked_records`) how many runs each holds and over which seeds, their size, the minutes of one core they took
     (their ``wall_seconds``, at budget 1000 too) and the CPUs that made them."""
     seeds: dict[Sweep, list[int]] = {sweep: [] for sweep in SWEEPS}
     size, seconds, seconds_at_largest, cpus = 0, 0.0, 0.0, set()
-    for folder in folders(root):
-        result = records.checked_result(folder)
+    for folder, result in checked_records(root)[0]:  # what the board shows: the records the manifest lists
         budget = float(result["budget"])
         seeds[sweep_of(budget)].append(result["seed"])
         size += (folder / records.RESULT).stat().st_size
@@ -307,8 +426,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description="print the README's table of the shipped results, or write it",
                                      epilog="The store is made by: " + " and ".join(SWEEP_COMMANDS))
     parser.add_argument("--write", type=Path, metavar="README", help="replace the table in this file")
+    parser.add_argument("--write-manifest", action="store_true",
+                        help=f"write the store's manifest ({MANIFEST}) from its records, as the sweeps do (after "
+                             "deleting folders of the store, say)")
     args = parser.parse_args(argv)
     try:
+        if args.write_manifest:
+            print(f"wrote {write_manifest()}: {len(folders())} records")
+            return 0
         return _write_table(args.write)
     except (BenchError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

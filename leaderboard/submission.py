@@ -39,6 +39,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from bench import metrics, records
+from bench.budget import budget_label
 from bench.errors import BenchError, ConfigError, DamagedFile, DoesNotFit, terminal_text
 from bench.io import open_regular_file, read_regular_file
 from bench.records import MAX_NAME_CHARS
@@ -588,6 +589,42 @@ def run_folders(paths: list[Path]) -> list[Path]:
     for folder in folders:
         unique.setdefault(folder.resolve(), folder)
     return list(unique.values())
+
+
+def _named_otherwise(folder: Path, result: dict) -> str:
+    """What the names of ``folder`` and the folders above it say otherwise than its record, as bdl-bench names a run
+    folder (``<task>/<method>/budget-<B>/seed-<S>``, :func:`bench.records.run_folder`): a folder named ``seed-...``
+    names its seed, and under one named ``budget-...`` the two above name its method and task; a folder named
+    otherwise names no run (a copy made by hand), and nothing is compared. Empty where they agree."""
+    if not folder.name.startswith("seed-"):
+        return ""
+    named = [("seed", folder.name, f"seed-{result['seed']}")]
+    if folder.parent.name.startswith("budget-"):
+        named += [("budget", folder.parent.name, f"budget-{budget_label(float(result['budget']))}"),
+                  ("method", folder.parent.parent.name, result["method"]),
+                  ("task", folder.parent.parent.parent.name, result["task"])]
+    return ", ".join(f"its folder names {what} {terminal_text(have)!r} where its record's is "
+                     f"{terminal_text(want)!r}" for what, have, want in named if have != want)
+
+
+def check_folders_name_their_runs(folders: list[Path]) -> None:
+    """Refuses a submission's run folders (:func:`run_folders`) in one :class:`SubmissionError` line where a folder's
+    path names another task, method, budget or seed than its record (:func:`_named_otherwise`: a record copied into
+    another run's folder), or two folders hold the same run (task, method, budget, seed, settings and code: a copy),
+    which would count one run twice."""
+    seen: dict[tuple, Path] = {}
+    for folder in map(Path, folders):
+        result = read_result(folder)
+        otherwise = _named_otherwise(Path(os.path.abspath(folder)), result)
+        if otherwise:
+            raise SubmissionError(f"{folder / records.RESULT}: {otherwise}: a record copied into another run's "
+                                  "folder; submit the folder its run wrote")
+        key = (result["task"], result["method"], float(result["budget"]), result["seed"],
+               json.dumps(result["config"], sort_keys=True), result.get("method_source"))
+        if key in seen:
+            raise SubmissionError(f"{folder}: the same run (task, method, budget, seed and settings) as {seen[key]}; "
+                                  "one run counts once: submit one of the two folders")
+        seen[key] = folder
 
 
 class InstalledReferences:

@@ -20,6 +20,9 @@ def command(args) -> int:
     name = submitter(args.name)
     if args.log is not None and not args.verify:
         raise BenchError("--log names the log of --verify's re-executions; add --verify")
+    # Every run folder's path names its record's run, and no run is submitted twice (a copy), before anything else.
+    submission.check_folders_name_their_runs(submission.run_folders([p for p in args.paths if p.suffix != ".zip"])
+                                             if any(p.suffix != ".zip" for p in args.paths) else [])
     if args.verify:
         from leaderboard.submission import run_folders
 

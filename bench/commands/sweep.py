@@ -51,6 +51,10 @@ def command(args) -> int:
                                                   if (run.folder / CHECKPOINT).exists()]), file=sys.stderr)
             return EXIT_INTERRUPTED
     finished = [run for run in runs if run.finished or outcomes[run].result is not None]
+    from leaderboard import shipped
+
+    if args.out is not None and args.out.resolve() == shipped.FOLDER.resolve():  # the shipped store: its manifest lists what it now holds
+        print(f"wrote the shipped store's manifest, {terminal_text(shipped.write_manifest())}")
     rows = [{**({"variant": run.variant} if run.variant else {}),
              **summary_row(outcomes[run].result if run in outcomes else records.read_result(run.folder)),
              "trained": "now" if run in outcomes else "earlier"} for run in finished]

@@ -222,6 +222,7 @@ def small_store(tmp_path, monkeypatch):
     root = tmp_path / "shipped"
     for task, method in (("toy-gap", "sgd"), ("toy-gap", "swag"), ("digits", "sgd"), ("digits", "mc-dropout")):
         shutil.copytree(committed / task / method / "budget-100", root / task / method / "budget-100")
+    shipped.write_manifest(root)
     monkeypatch.setattr(shipped, "FOLDER", root)
     return root
 

@@ -24,6 +24,7 @@ def store(tmp_path, monkeypatch, make_run):
                 folder = make_run(root, task, method=method, seed=seed, amount=amount + 0.01 * seed,
                                   environment={"cpu": "Test CPU"})
                 (folder / records.PREDICTIONS).unlink()
+    shipped.write_manifest(root)
     monkeypatch.setattr(shipped, "FOLDER", root)
     return root
 
@@ -39,6 +40,7 @@ def test_a_record_made_for_another_task_version_is_left_out_and_said(store):
     folder = records.run_folder(store, "digits", "sgd", 10.0, 0)
     result = json.loads((folder / records.RESULT).read_text())
     (folder / records.RESULT).write_text(json.dumps({**result, "task_fingerprint": "0" * 64}))
+    shipped.write_manifest(store)  # made so (tests/leaderboard/test_store_integrity.py: edited after)
     rows, stale = shipped.rows()
     assert len(rows) == 11 and len(stale) == 1 and "made for another version of digits" in stale[0]
 
@@ -53,6 +55,7 @@ def test_a_damaged_shipped_record_is_left_out_with_a_line_and_every_board_still_
         path.write_text(path.read_text()[:100])
     else:
         path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "predictions_sha256"}))
+    shipped.write_manifest(store)  # damaged as the store was made (edited after: test_store_integrity.py)
     rows, stale = shipped.rows()
     assert len(rows) == 11 and len(stale) == 1
     assert "left out, damaged" in stale[0] and "part of the installed bdl-bench, not yours" in stale[0]
@@ -123,11 +126,15 @@ def test_the_store_s_account_counts_its_records(store):
     assert "on Test CPU (each run" in text
     folder = records.run_folder(store, "digits", "sgd", 10.0, 0)
     result = json.loads((folder / records.RESULT).read_text())
-    (folder / records.RESULT).write_text(json.dumps({**result, "budget": 1000.0, "wall_seconds": 600.0,
-                                                     "environment": {"cpu": "Other CPU"}}))
+    moved = records.run_folder(store, "digits", "sgd", 1000.0, 0)
+    moved.mkdir(parents=True)
+    (moved / records.RESULT).write_text(json.dumps({**result, "budget": 1000.0, "wall_seconds": 600.0,
+                                                    "environment": {"cpu": "Other CPU"}}))
+    (folder / records.RESULT).unlink()
     folder = records.run_folder(store, "digits", "sgd", 10.0, 1)
     result = json.loads((folder / records.RESULT).read_text())
     (folder / records.RESULT).write_text(json.dumps({**result, "wall_seconds": 1200.0}))
+    shipped.write_manifest(store)
     text = shipped.store_summary()
     assert "12 runs (11 at budget 10 over seeds 0-2, 1 at budgets 100 and 1000 over seeds 0-0)" in text
     assert "made in 30 minutes of one core by the records' `wall_seconds` (10 of them at budget 1000)" in text
@@ -144,6 +151,7 @@ def test_the_separation_table_says_what_the_seeds_tell_apart(tmp_path, make_run)
             make_run(root, "toy-gap", method=method, seed=seed, budget=100.0, amount=centre + 0.03 * scatter[seed])
         for seed in range(3):
             make_run(root, "digits", method=method, seed=seed, budget=1000.0, amount=0.2)
+    shipped.write_manifest(root)
     table = shipped.separation_table(shipped.rows(root=root)[0])
 
     def cells(task):
