@@ -264,11 +264,11 @@ def table(records: "list[dict]") -> list[dict]:
 def dataframe(records: "list[dict]"):
     """:func:`table` as a ``pandas.DataFrame`` (pandas is optional: ``pip install pandas``; without it, one
     :class:`ConfigError` line)."""
-    try:
-        import pandas
-    except ImportError:
-        raise ConfigError("dataframe needs pandas, which is not installed: pip install pandas (or the extra: pip "
-                          "install -e '.[pandas]'); table(records) gives the same rows as dicts") from None
+    from bench import optional
+
+    pandas = optional.load("pandas", "dataframe", missing="dataframe needs pandas, which is not installed: pip "
+                           "install pandas (or the extra: pip install -e '.[pandas]'); table(records) gives the same "
+                           "rows as dicts")
     return pandas.DataFrame(table(records))
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NoReturn
 
 from bench import descendants, interrupts
-from bench.errors import (COMMAND_LINE, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError, ConfigError,
+from bench.errors import (COMMAND_LINE, EXIT_ENVIRONMENT, EXIT_INTERNAL, EXIT_METHOD, BenchError,
                           FailedElsewhere, Spelling, describe_failure, terminal_text)
 
 if TYPE_CHECKING:  # the real import would load torch before a worker has set its thread variables
@@ -536,10 +536,9 @@ def _stderr_kept_aside():
 
 
 def _connect_ray(address: str | None):
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(RAY_MISSING) from None
+    from bench import optional
+
+    ray = optional.load("ray", "--executor ray", missing=RAY_MISSING)
     if ray.is_initialized():  # a caller (a notebook, a test) already chose the cluster
         return ray, False
     if address:

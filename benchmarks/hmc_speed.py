@@ -21,6 +21,7 @@ log posterior at the same dtype: where our time goes, and whether NumPyro's lead
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 import statistics
@@ -35,7 +36,20 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-try:  # the optional extra (pip install -e ".[crosscheck]"); without it main() says so in one line
+from bench import optional  # noqa: E402
+
+UNAVAILABLE: tuple[str, BaseException] | None = None
+"""The optional extra's module (pip install -e ".[crosscheck]") that failed to import, missing or broken, and what its
+import raised: main() says so in one line."""
+for _module in ("jax", "numpyro", "numpyro.infer"):
+    try:
+        importlib.import_module(_module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as _error:  # noqa: BLE001 - a broken installation may raise anything on import
+        UNAVAILABLE = (_module, _error)
+        break
+if UNAVAILABLE is None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -43,13 +57,8 @@ try:  # the optional extra (pip install -e ".[crosscheck]"); without it main() s
     from numpyro.infer import HMC
 
     import jax_models
-except ImportError as absent:
-    MISSING: str | None = absent.name
-else:
-    MISSING = None
 
 from bench import scripts
-from bench.errors import ConfigError
 from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
 from bench.tasks import get_task  # noqa: E402
@@ -191,8 +200,10 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also profile our fastest way (see the docstring)")
     scripts.out_option(parser)
     args = parser.parse_args()
-    if MISSING is not None:
-        raise ConfigError(scripts.missing_extra([MISSING], "timing NumPyro"))
+    if UNAVAILABLE is not None:
+        module, error = UNAVAILABLE
+        raise optional.failure(module, "timing NumPyro", error,
+                               missing=scripts.missing_extra([module.split(".")[0]], "timing NumPyro"))
     started = time.monotonic()
     torch.set_num_threads(1)
     rows = []

@@ -57,14 +57,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def _require_the_extra() -> None:
     """Sampling needs NumPyro and JAX, bdl-bench's optional extra ``crosscheck``; recomputing a verdict from the kept
     chains (``--verdict-only``) needs neither."""
-    import importlib.util
-
+    from bench import optional
     from bench.errors import ConfigError
 
-    absent = [name for name in ("jax", "numpyro") if importlib.util.find_spec(name) is None]
+    absent = [name for name in ("jax", "numpyro") if not optional.installed(name)]
     if absent:
         raise ConfigError(f"{scripts.missing_extra(absent, 'sampling with NUTS')}; --verdict-only recomputes kept "
                           "chains without it")
+    for name in ("jax", "numpyro", "numpyro.infer"):  # installed, but broken or mismatched: one line, exit 3
+        optional.load(name, "sampling with NUTS")
 
 
 def _setup_jax(dtype: str) -> None:

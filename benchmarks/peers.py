@@ -552,9 +552,12 @@ def installed() -> set[str]:
     for module, (distribution, install) in PEERS.items():
         try:
             authors_swag() if module == "swag" else importlib.import_module(module)
-        except ImportError as error:
-            print(f"peers.py: {distribution} is missing ({error}); its rows are skipped (install: {install})",
-                  file=sys.stderr)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001 - missing, or broken: a half-installed peer may raise anything
+            state = "missing" if isinstance(error, ModuleNotFoundError) else "installed but fails to import"
+            print(f"peers.py: {distribution} is {state} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); "
+                  f"its rows are skipped (install: {install})", file=sys.stderr)
         else:
             present.add(module)
     return present

@@ -22,7 +22,6 @@ started here, with every other Ray instance of this user on this machine.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import shlex
@@ -85,7 +84,9 @@ def killed_then_resumed(grid: list[str], out: Path, total: int) -> dict:
 
 
 def ray_installed() -> bool:
-    return importlib.util.find_spec("ray") is not None
+    from bench import optional
+
+    return optional.installed("ray")
 
 
 def ray_head() -> tuple[str, dict]:

@@ -13,11 +13,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import ot
 import torch
 from tabulate import tabulate
 
-from bench import metrics, scripts
+from bench import metrics, optional, scripts
 from bench.arguments import positive_whole
 
 
@@ -34,6 +33,7 @@ def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_whole, default=7)
     args = parser.parse_args()
+    ot = optional.load("ot", "timing POT's wasserstein_1d")
     rng = np.random.default_rng(0)
     rows = []
     for reference_samples in (1000, 700):
