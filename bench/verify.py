@@ -55,7 +55,8 @@ from bench.runner import environment, fit_and_predict, metered, numerics_changes
 from leaderboard.gate.statistics import block_sizes
 from leaderboard.ranking import PRIMARY
 from leaderboard.store import RunRow
-from leaderboard.submission import SubmissionError, check_scored_claims, checked_run, score_run, scored
+from leaderboard.submission import (SubmissionError, check_folders_name_their_runs, check_scored_claims, checked_run,
+                                   score_run, scored)
 
 CROSS_CPU_LEVEL = 0.01
 """Where a record made elsewhere is judged against its configuration's seeds re-executed here: the chance that an
@@ -249,9 +250,12 @@ def verified_rows(folders: list[Path], submitter: str, notes: str = "", cache: P
                   on_reexecution: Reexecuting | None = None) -> list[RunRow]:
     """The leaderboard rows of the runs in ``folders``, each validated and re-scored (:func:`leaderboard.submission.
     score_run`: the cheap checks first), then re-executed together (:func:`verify_many`, which takes ``method``,
-    ``isolate``, ``isolations``, ``on_verdict`` and ``on_reexecution``) and refused unless every one reproduces; each
+    ``isolate``, ``isolations``, ``on_verdict`` and ``on_reexecution``) and refused unless every one reproduces (a
+    folder whose path names another run than its record, or one run in two folders, is refused before re-executing
+    any: :func:`leaderboard.submission.check_folders_name_their_runs`); each
     row records how it was verified."""
     rows = [score_run(folder, submitter, notes, cache) for folder in folders]
+    check_folders_name_their_runs(folders)  # a record in another run's folder, or a run twice: before re-executing
     verifications = verify_many(folders, cache, method, isolate, isolations, on_verdict=on_verdict,
                                 on_reexecution=on_reexecution)
     for verification in verifications:

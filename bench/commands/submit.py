@@ -20,13 +20,11 @@ def command(args) -> int:
     name = submitter(args.name)
     if args.log is not None and not args.verify:
         raise BenchError("--log names the log of --verify's re-executions; add --verify")
-    # Every run folder's path names its record's run, and no run is submitted twice (a copy), before anything else.
-    submission.check_folders_name_their_runs(submission.run_folders([p for p in args.paths if p.suffix != ".zip"])
-                                             if any(p.suffix != ".zip" for p in args.paths) else [])
+    run_paths = [p for p in args.paths if p.suffix != ".zip"]
     if args.verify:
         from leaderboard.submission import run_folders
 
-        folders = run_folders([p for p in args.paths if p.suffix != ".zip"])
+        folders = run_folders(run_paths)
         check_planned_epochs(planned_epochs(folders, args.method), args.max_epochs,
                              f"verifying {len(folders)} run(s)")
     rows = []
@@ -55,6 +53,9 @@ def command(args) -> int:
                 if not args.verify:
                     rows += [submission.score_run(folder, name, args.notes, args.cache)
                              for folder in submission.run_folders([path])]
+        if not args.verify:  # each record checked, each folder's path names its run, and no run comes twice (with
+            # --verify, verified_rows checks the same before re-executing)
+            submission.check_folders_name_their_runs(submission.run_folders(run_paths) if run_paths else [])
         if args.verify:  # every path's runs together: one configuration's are verified together (verify_many)
             log.write(f"verifying {len(folders)} run folder(s) to submit, {args.threads or DEFAULT_THREADS} torch "
                       "thread(s)")

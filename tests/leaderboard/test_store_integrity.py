@@ -175,14 +175,16 @@ USER_CONDITIONS = {
 }
 
 
+@pytest.mark.parametrize("verify", [False, True], ids=["submit", "submit --verify"])
 @pytest.mark.parametrize("condition", USER_CONDITIONS)
 def test_submit_refuses_a_record_in_another_run_s_folder_or_a_run_twice_in_one_line(tmp_path, make_run, run_cli,
-                                                                                   db_path, condition):
+                                                                                   db_path, condition, verify):
+    """With --verify, before anything is re-executed."""
     runs = tmp_path / "runs"
     make_run(runs, "toy-gap", method="sgd", seed=0)
     damage, said = USER_CONDITIONS[condition]
     named = damage(runs)
-    code, out, err = run_cli("submit", runs, "--name", "alice")
+    code, out, err = run_cli("submit", runs, "--name", "alice", *(["--verify"] if verify else []))
     assert code == 2 and err.count("\n") == 1 and said in err and str(named) in err, err
     assert not db_path.exists() or "added" not in out
 
