@@ -5,10 +5,12 @@ given once; numbers written in digits (``' 1'``, ``1_0`` and ``nan`` are not num
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import re
+import sys
 
-from bench.budget import MAX_BUDGET_EPOCHS
+from bench.limits import MAX_BUDGET_EPOCHS
 
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -117,6 +119,19 @@ class OneLineParser(argparse.ArgumentParser):
         if unknown:
             innermost = _innermost(self, parsed)
             innermost.error(f"unrecognized arguments: {' '.join(unknown)}{sibling_hint(innermost, unknown)}")
+
+    def _print_message(self, message, file=None):
+        # argparse drops a failed write of --help or --version: a closed pipe is let through, to end the command as
+        # every other output to a closed pipe does (bench.errors.closed_pipe)
+        if message:
+            file = file or sys.stderr
+            try:
+                file.write(message)
+            except AttributeError:  # no standard output at all (pythonw)
+                pass
+            except OSError as error:
+                if error.errno == errno.EPIPE:
+                    raise
 
     def error(self, message: str):
         # A subcommand's parser is named by its whole command line (`python -m bench reference generate`).

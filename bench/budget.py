@@ -31,23 +31,14 @@ from typing import Callable
 import torch
 
 from bench.errors import BudgetExhausted, ConfigError, MeterMisuse, OverBudget, shown
+from bench.limits import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS  # noqa: F401 (bench.budget.DEFAULT_MAX_EPOCHS: its users')
 
 
 PROGRESS_REPORTS = 1000
 """How often, at most, a meter's progress observer hears of a run: each time the charges cross another
 1/PROGRESS_REPORTS of the budget (and when it is spent), so a progress bar costs nothing per batch."""
 
-MAX_BUDGET_EPOCHS = 1_000_000
-"""The largest budget a run accepts, in epochs: a thousand times the largest budget of the project's
-own studies (1000 epochs), and small enough that every number a method derives from it (members, chains, steps of a
-schedule) stays a count a machine can hold. A larger budget is refused before anything is built."""
-
-
-DEFAULT_MAX_EPOCHS = 100_000
-"""The most epochs of training that ``verify``, ``check``, ``check --update`` and ``submit --verify`` train unless
-``--max-epochs`` allows more: three times the project's own gate (about 33,000 epochs of small models, some four minutes;
-its ``--update``, which measures every run twice, natively and with other kernels, 66,000), far below what an edited
-record or baseline can claim (a budget of 10^6 epochs would train for hours)."""
+# The largest budget and the default --max-epochs are set in bench.limits, which the parser reads without torch.
 
 
 def check_planned_epochs(epochs: float, limit: float, what: str) -> None:

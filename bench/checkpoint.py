@@ -43,16 +43,13 @@ import torch
 from bench import interrupts
 from bench.errors import DamagedFile
 from bench.io import atomic_write_bytes, open_regular_file
+from bench.limits import DEFAULT_EVERY_SECONDS  # set there, where the parser reads it without torch
 
 CHECKPOINT = "checkpoint.pt"
 """The file name of a run's checkpoint, in its run folder."""
 
 FORMAT = 1
 """The checkpoint format this code writes and reads."""
-
-DEFAULT_EVERY_SECONDS = 300.0
-"""How often a run writes its checkpoint by default (``--checkpoint-every``): a preempted run loses at most five
-minutes; writing one costs well under 2% of that on every competition model (``benchmarks/checkpoint_cost.py``)."""
 
 KEEP_IN_MEMORY_SECONDS = 60.0
 """How often, at most, the end of an engine call is kept in memory for a stop that arrives outside a call (each copy

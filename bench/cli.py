@@ -10,12 +10,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench.budget import DEFAULT_MAX_EPOCHS
-from bench.checkpoint import DEFAULT_EVERY_SECONDS
 import bench
 from bench import interrupts
 from bench.commands import DEFAULT_THREADS, interrupted_line
-from bench.errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_TERMINATED, BenchError, describe_failure
+from bench.errors import (DEBUG_ENV, EXIT_CLOSED_PIPE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED, BenchError,
+                          closed_pipe, describe_failure)
+from bench.limits import DEFAULT_EVERY_SECONDS, DEFAULT_MAX_EPOCHS
+from bench.loading import load_torch
 from bench.arguments import (OneLineParser, budget_epochs, decimal_number, duration_or_off, finite_epochs, positive_whole,
                              seed_number)
 
@@ -369,14 +370,25 @@ def _bounded(argv: list[str] | None) -> int:
     argv = [a for a in argv if a != "--debug"]
     parsed = argparse.Namespace(command=None)
     try:
-        return _dispatch(argv, command_line, debug, parsed)
+        try:
+            code = _dispatch(argv, command_line, debug, parsed)
+        except SystemExit:  # argparse's --help, --version or error: what it printed is flushed here
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a closed pipe is met here, inside the boundary, rather than at the interpreter's exit
+        return code
     except Exception as error:
+        if closed_pipe(error):
+            return EXIT_CLOSED_PIPE
         if interrupts.interrupt_arrived():
             print(interrupted_line(parsed.command), file=sys.stderr)
             return EXIT_INTERRUPTED
         if debug:
             raise
-        code, line = describe_failure(error)
+        try:
+            code, line = describe_failure(error)
+        except MemoryError:  # too little left even to name the failure (an import it needs)
+            code, line = EXIT_ENVIRONMENT, "out of memory; use a machine with more memory or raise its limit"
         print(f"error: {line}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
@@ -402,6 +414,25 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def _started() -> bool:
+    """Loads PyTorch, which every command needs and the parser does not (``--version`` and ``--help`` answer without
+    it): where memory is too short for it, one line (exit 3) rather than an abort (:func:`bench.loading.load_torch`).
+    False, its line said, when Ctrl-C arrived during the seconds it takes: what a library that caught the interrupt
+    left half-imported is unusable."""
+    try:
+        load_torch()
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        if not interrupts.interrupt_arrived():
+            raise
+    else:
+        if not interrupts.interrupt_arrived():
+            return True
+    print(f"error: {interrupts.stopped()} while starting; nothing was done", file=sys.stderr)
+    return False
+
+
 def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.Namespace) -> int:
     """Parses ``argv`` (into ``parsed``, which says the command to an interrupt's line) and runs its command."""
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
@@ -417,6 +448,8 @@ def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.
         return 2
     if args.command == "submit" and args.threads is not None and not args.verify:
         raise BenchError("--threads sets the threads --verify re-executes the runs with; add --verify")
+    if not _started():
+        return interrupts.stopped_code()
     if args.command in ("run", "check", "verify", "submit"):  # they train in this process (sweep sets each run's own)
         _set_threads(args.threads or DEFAULT_THREADS)
     # Each command is its module of bench.commands (export-submission: export_submission), imported only when it runs:

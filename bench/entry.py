@@ -1,8 +1,10 @@
 """The command line's entry point, light enough to start inside the error boundary.
 
-``bench.cli`` imports PyTorch and NumPy, which takes seconds; a Ctrl-C during those imports would otherwise end
-in a ``KeyboardInterrupt`` traceback. Here nothing but the standard library's ``sys``, ``signal``, ``threading`` and
-``contextlib`` (through :mod:`bench.interrupts`) is imported before the guard.
+``bench.cli`` and the commands import PyTorch and NumPy, which takes seconds; a Ctrl-C during those imports would
+otherwise end in a ``KeyboardInterrupt`` traceback. Here nothing but the standard library's ``sys``, ``signal``,
+``threading`` and ``contextlib`` (through :mod:`bench.interrupts`) is imported before the guard. The parser itself
+needs neither (``--version`` and ``--help`` answer where PyTorch cannot even be loaded); :mod:`bench.cli` loads
+PyTorch once a command is chosen (:mod:`bench.loading`).
 """
 
 import signal

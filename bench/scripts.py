@@ -26,7 +26,7 @@ from typing import NoReturn
 
 from bench import interrupts
 from bench.arguments import OneLineParser
-from bench.errors import DEBUG_ENV, Spelling, describe_failure
+from bench.errors import DEBUG_ENV, EXIT_CLOSED_PIPE, Spelling, closed_pipe, describe_failure
 
 LIST_OPTIONS = Spelling(python=False, renamed=(("method", "methods"), ("task", "tasks"), ("budget", "budgets"),
                                                ("seed", "seeds")))
@@ -91,7 +91,9 @@ def run(main: Callable[[], int | None]) -> NoReturn:
         except KeyboardInterrupt:
             code = _stopped()
         except Exception as error:
-            if interrupts.interrupt_arrived():  # a library that caught the interrupt failed later in its own way
+            if closed_pipe(error):  # standard output's reader stopped reading: quietly, as a Unix tool
+                code = EXIT_CLOSED_PIPE
+            elif interrupts.interrupt_arrived():  # a library that caught the interrupt failed later in its own way
                 code = _stopped()
             elif debug:
                 raise
