@@ -40,7 +40,7 @@ import numpy as np
 
 from bench import metrics, records
 from bench.budget import budget_label
-from bench.errors import BenchError, ConfigError, DamagedFile, DoesNotFit, terminal_text
+from bench.errors import BenchError, ConfigError, DamagedFile, DoesNotFit, shown, terminal_text
 from bench.io import open_regular_file, read_regular_file
 from bench.records import MAX_NAME_CHARS
 from bench.runner import score
@@ -384,6 +384,32 @@ def _check_plan(result: dict, task: Task, source: str) -> None:
     if resolved is not None and result["resolved"] != resolved:
         raise SubmissionError(f"{source}: records resolved settings its configuration does not resolve to at budget "
                               f"{float(result['budget']):g} ({records.differences(result['resolved'], resolved)})")
+    if resolved is not None:
+        _check_cost(result, task, source)
+
+
+def _check_cost(result: dict, task: Task, source: str) -> None:
+    """A built-in method's record claims the epochs its settings spend at its budget, as its budget rule fixes them
+    before training (:func:`bench.costs.planned_cost`; for ``hmc`` only its bounds): a record claiming another cost
+    (0, -0.0, one epoch of two) was edited after its run."""
+    from approximators import METHODS
+    from approximators.base import recorded_config
+    from bench.costs import planned_cost, refused_cost
+
+    method, budget, claimed = METHODS[result["method"]], float(result["budget"]), result["epochs_used"]
+    try:
+        cost = planned_cost(method(recorded_config(method, result["config"])), budget, task.n_train)
+    except BenchError as error:  # the budget rule refused it: said above already, as a run that cannot exist
+        raise SubmissionError(f"{source}: a run that cannot exist: {error}") from None
+    if cost is None or not refused_cost(claimed, cost):
+        return
+    if cost.exact:
+        raise SubmissionError(f"{source}: claims {shown(claimed)} epochs used, but {method.name} with these settings "
+                              f"spends {cost.most:g} of a budget of {budget:g} (its budget rule fixes it before "
+                              "training): edited after the run; rerun it")
+    raise SubmissionError(f"{source}: claims {shown(claimed)} epochs used, outside the {cost.least:g} to "
+                          f"{cost.most:g} that {method.name} with these settings can spend of a budget of {budget:g} "
+                          f"(only bounds are checked: {cost.why}): edited after the run; rerun it")
 
 
 CLAIMS_ROUND_OFF = 1e-9

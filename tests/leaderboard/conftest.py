@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from approximators import METHODS, resolve_config
+from approximators.base import recorded_config
 from bench import records
+from bench.costs import planned_cost
 from bench.io import atomic_write_bytes, json_bytes, npz_bytes
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, get_task
@@ -65,6 +67,11 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         resolved = submission.resolved_settings(method, result["config"], task, budget)
     except submission.SubmissionError:
         resolved = None
+    if resolved is not None:  # a built-in method spends what its budget rule plans (bench.costs), as its run would
+        built_in = METHODS[method]
+        cost = planned_cost(built_in(recorded_config(built_in, result["config"])), float(budget), task.n_train)
+        if cost is not None and cost.exact:
+            result["epochs_used"] = cost.most
     result = {**result, "resolved": result["config"] if resolved is None else resolved, **fields}
     folder = records.run_folder(out, task.name, method, budget, seed)
     # as a file anyone can edit: a record the validator would refuse is written too (records.write_run checks it)
