@@ -8,6 +8,7 @@ markers is replaced; the prose around them is the doc's own.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +82,27 @@ def calibration_table(rows: list[dict]) -> str:
                     headers="keys", tablefmt="github", floatfmt=".2f")
 
 
+def _reads(where: Callable[..., Path]):
+    """A generator of kept files: a field one of them lacks, or holds as another type, is one
+    :class:`~bench.errors.DamagedFile` line naming the file (``where``, given the generator's arguments), never an
+    internal error."""
+    def decorate(function):
+        @functools.wraps(function)
+        def reading(*args, **kwargs):
+            from bench.io import malformed_is_damage
+
+            path = where(*args, **kwargs)
+            with malformed_is_damage(path, "kept measurement", _repair(path)):
+                return function(*args, **kwargs)
+        return reading
+    return decorate
+
+
+def _repair(path: Path) -> str:
+    return f"run the command its doc names with `--out {path.relative_to(ROOT)}`"
+
+
+@_reads(lambda: CALIBRATION)
 def _gate_calibration() -> str:
     from bench.io import read_json
 
@@ -110,7 +132,7 @@ MEASURED_TABLES = {
     "cross-cpu-gate-power": ("cross-cpu", "gate-power", ".2f"),
     "floor-calibration": ("floor-calibration", "within-floor", ".3f"),
     "memory-plan": ("memory-plan", "competition", ("", "", "", "", "g", ".1f", ".1f", ".2f")),
-    "resume-check": ("resume-check", "resume", ("", ".0f", ".1f", ".1f", ".2f", ".1f", "", "")),
+    "resume-check": ("resume-check", "resume", ("", ".0f", ".1f", ".1f", ".2f", ".2f", "", "", "")),
     "checkpoint-write-cost": ("resume-check", "write-cost", ("", "", ".1f", ".2f", ".1e")),
 }
 """Block name -> (the file's path in :data:`MEASUREMENTS` without ``.json``, the table, how its floats are written:
@@ -128,6 +150,11 @@ def kept_measurement(stem: str) -> dict:
     return read_json(path, "a kept measurement", repair)
 
 
+def _kept(stem: str) -> Path:
+    return MEASUREMENTS / f"{stem}.json"
+
+
+@_reads(lambda stem, *_: _kept(stem))
 def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> str:
     """One kept table, headed by the command that measured it and where and when it ran."""
     from tabulate import tabulate
@@ -148,12 +175,14 @@ def measured_table(stem: str, table: str, floatfmt: str | tuple[str, ...]) -> st
             f"{tabulate(cells, headers=columns, tablefmt='github', disable_numparse=True, missingval='')}\n")
 
 
+@_reads(lambda: _kept("honesty"))
 def honesty_probes() -> str:
     """The honesty probe's kept table (``benchmarks/results/honesty.json``), and how many probes were dishonest."""
     kept = kept_measurement("honesty")
     return f"{measured_table('honesty', 'probes', 'g')}\n{kept['probes']} probes, {kept['dishonest']} dishonest.\n"
 
 
+@_reads(lambda: _kept("honesty"))
 def honesty_summary() -> str:
     """The honesty probe's kept table (``benchmarks/results/honesty.json``) summed up per method: its probes, tasks,
     probes at non-default settings, the settings those moved, and how many probes were honest."""
@@ -189,6 +218,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.2g} s"
 
 
+@_reads(lambda: _kept("speed/competition-cost"))
 def competition_run_time() -> str:
     """How long a competition run takes on the CPU that measured ``competition-cost.json``: a plain SGD epoch (batch
     128) per 1,000 training rows, times the least and the most any method's charged epoch cost there, times the
@@ -222,6 +252,7 @@ GPU_CHECK = "speed/gpu-check"
 """Where ``benchmarks/gpu_check.py`` keeps its table, run on a lent GPU (no such file until a GPU has run it)."""
 
 
+@_reads(lambda: _kept(GPU_CHECK))
 def gpu_check() -> str:
     """The GPU check's kept table with the card that ran it, or the line that no GPU has run it yet."""
     if not (MEASUREMENTS / f"{GPU_CHECK}.json").exists():
@@ -315,14 +346,20 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines:
             print(line)
         return 1 if lines else 0
+    from bench.errors import cannot_write
     from bench.io import atomic_write_bytes
 
     for path in doc_files():
         text = path.read_text()
         new = rewritten(text, path)
         if new != text:
-            atomic_write_bytes(path, new.encode())
-            print(f"wrote {path.relative_to(ROOT)}")
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            try:
+                atomic_write_bytes(path, new.encode())
+            except OSError as error:  # the doc named, not the temporary file beside it; no option of another command
+                raise cannot_write(f"cannot rewrite {shown}", error, "make it (and its folder) writable, e.g. "
+                                   "`chmod u+w` or `chattr -i`, and run again") from error
+            print(f"wrote {shown}")
     return 0
 
 

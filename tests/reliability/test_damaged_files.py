@@ -186,3 +186,28 @@ def test_a_runs_damaged_predictions_are_named_by_the_scripts_that_read_them(tmp_
         records.read_predictions_array(tmp_path, result)
     code, line = _described(raised.value)
     assert code == EXIT_BAD_INPUT and str(path) in line, line
+
+
+KEPT_DAMAGE = {
+    "no tables": {"command": "x"},
+    "rows a number": {"tables": {"probes": {"columns": ["a"], "rows": 3}}},
+    "no load average": {"tables": {"probes": {"columns": ["a"], "rows": [[1.0]]}}, "command": "x", "cpu": "c",
+                        "cpu_count": 2, "torch": "t", "threads": 1, "date": "d", "minutes": 1.0},
+    "tables a list": {"tables": ["probes"]},
+    "columns missing": {"tables": {"probes": {"rows": [[1.0]]}}},
+}
+
+
+@pytest.mark.parametrize("block", ["honesty-probes", "honesty-summary"])
+@pytest.mark.parametrize("damage", KEPT_DAMAGE)
+def test_a_kept_measurement_lacking_a_field_is_named_by_the_docs_blocks(tmp_path, monkeypatch, block, damage):
+    from bench import docblocks
+
+    monkeypatch.setattr(docblocks, "MEASUREMENTS", tmp_path)
+    monkeypatch.setattr(docblocks, "ROOT", tmp_path)
+    path = tmp_path / "honesty.json"
+    path.write_text(json.dumps(KEPT_DAMAGE[damage]))
+    with pytest.raises(Exception) as raised:
+        docblocks.GENERATORS[block]()
+    code, line = _described(raised.value)
+    assert code == EXIT_BAD_INPUT and str(path) in line and "internal error" not in line, line
