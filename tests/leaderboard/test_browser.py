@@ -1,11 +1,13 @@
 """The HTML page in a real headless Chromium: it loads without console errors or network requests and shows
 the tables and plots. Chromium is driven over its own DevTools pipe (``--remote-debugging-pipe``: JSON
 messages separated by NUL bytes on file descriptors 3 and 4), so no driver package is needed; without a
-Chromium installed the tests skip."""
+Chromium installed the tests skip, and a Chromium that is installed but does not start (a stub, a broken package)
+skips them in one line naming it and its repair (issue 65)."""
 
 import base64
 import json
 import os
+import select
 import shutil
 import struct
 import subprocess
@@ -23,6 +25,12 @@ BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BROWSER is None or BASH is None,
                                 reason="no Chromium (apt-get install chromium) or no bash to start it with")
 LOAD_TIMEOUT_SECONDS = 30
+START_TIMEOUT_SECONDS = 30
+"""How long a browser may take to answer its first command before it counts as one that does not start."""
+
+
+class BrowserBroken(Exception):
+    """The browser found is installed but does not start or answer."""
 
 
 class DevTools:
@@ -42,19 +50,26 @@ class DevTools:
         os.close(to_browser_read)
         os.close(from_browser_write)
         self._buffer, self._next_id, self.events = b"", 0, []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        try:
+            target = self.call("Target.createTarget", url="about:blank",
+                               deadline=time.monotonic() + START_TIMEOUT_SECONDS)["targetId"]
+        except (RuntimeError, TimeoutError, OSError, ValueError, KeyError) as error:
+            self.close()
+            raise BrowserBroken(f"{BROWSER} is installed but does not start ({type(error).__name__}: "
+                                f"{' '.join(str(error).split())[:200]}); reinstall it (apt-get install --reinstall "
+                                "chromium) or remove it from PATH") from None
         self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable", session=True)
 
-    def call(self, method, session=False, **params):
+    def call(self, method, session=False, deadline=None, **params):
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params}
         if session:
             message["sessionId"] = self._session
         os.write(self._to_browser, json.dumps(message).encode() + b"\0")
         while True:
-            reply = self._receive()
+            reply = self._receive(deadline)
             if reply.get("id") == self._next_id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
@@ -63,7 +78,8 @@ class DevTools:
 
     def _receive(self, deadline=None):
         while b"\0" not in self._buffer:
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and not select.select([self._from_browser], [], [],
+                                                          max(0.0, deadline - time.monotonic()))[0]:
                 raise TimeoutError("the browser sent nothing in time")
             chunk = os.read(self._from_browser, 1 << 16)
             if not chunk:
@@ -103,9 +119,17 @@ class DevTools:
         os.close(self._from_browser)
 
 
+def started(profile) -> DevTools:
+    """The browser started with ``profile``; one that is installed but does not start skips the test in one line."""
+    try:
+        return DevTools(profile)
+    except BrowserBroken as broken:
+        pytest.skip(str(broken))
+
+
 @pytest.fixture
 def browser(tmp_path):
-    devtools = DevTools(tmp_path / "profile")
+    devtools = started(tmp_path / "profile")
     yield devtools
     devtools.close()
 

@@ -111,3 +111,31 @@ def test_a_missing_optional_dependency_stays_exit_2_naming_its_extra(monkeypatch
     code, err = _described(lambda: optional.load(module, "this"))
     _one_line(code, err, EXIT_BAD_INPUT, "not installed", "pip install")
     assert not optional.installed("no_such_package.sub")
+
+
+BROWSER_STUBS = {
+    "exits at once": "exit 1",
+    "a stub that says how to install it": "echo 'chromium is provided by a snap: snap install chromium' >&2; exit 0",
+    "answers garbage": "printf 'not json\\0' >&4; exit 0",
+    "never answers": "exec sleep 60",
+    "answers an error": "read -r -d '' _ <&3; printf '{\"id\": 1, \"error\": {\"message\": \"no\"}}\\0' >&4",
+}
+
+
+@pytest.mark.parametrize("stub", BROWSER_STUBS)
+def test_a_browser_that_does_not_start_skips_the_page_test_in_one_line(tmp_path, monkeypatch, stub):
+    """The page test's Chromium, installed but not starting (issue 65): the test skips naming it and its repair,
+    rather than failing with a traceback of the DevTools pipe."""
+    from tests.leaderboard import test_browser
+
+    if test_browser.BASH is None:
+        pytest.skip("no bash to start a browser with")
+    fake = tmp_path / "chromium"
+    fake.write_text(f"#!/bin/bash\n{BROWSER_STUBS[stub]}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(test_browser, "BROWSER", str(fake))
+    monkeypatch.setattr(test_browser, "START_TIMEOUT_SECONDS", 2)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        test_browser.started(tmp_path / "profile")
+    message = str(skipped.value.msg)
+    assert str(fake) in message and "does not start" in message and "reinstall" in message and "\n" not in message
