@@ -3,7 +3,9 @@ each method's budget rule (the ``plan`` its ``fit`` follows) fixes how many epoc
 another cost was edited after its run, and the validator (``submit``, ``verify`` and ``export-submission`` alike,
 :func:`leaderboard.submission.checked_run`) refuses it in one line without re-executing anything.
 
-Exact for every built-in method but ``hmc``, whose trajectories' lengths follow the step size its search finds: for
+The test passes (how many networks its predictive evaluates on the test inputs) are planned too where the settings
+fix them (every method but ``hmc``, whose samples follow its trajectories, and ``laplace``, whose passes follow its
+structure). Exact for every built-in method but ``hmc``, whose trajectories' lengths follow the step size its search finds: for
 it only the bounds of its budget rule are checked (at least its chains' initial gradients and one leapfrog step, at
 most the budget). A method of one's own declares no rule here: its cost is checked only by its re-execution.
 """
@@ -22,6 +24,9 @@ class PlannedCost:
     exact: bool
     why: str = ""
     """Where not exact, why only bounds are known (said in the refusal)."""
+    test_passes: float | None = None
+    """The passes over the test inputs its predictive makes (networks, members or draws evaluated), where its
+    settings fix them; None where they are not checked here (hmc's samples, laplace's structures)."""
 
 
 ROUND_OFF = 1e-6
@@ -49,31 +54,38 @@ def planned_cost(approximator, budget: float, n_train: int) -> PlannedCost | Non
     if isinstance(a, BudgetedHMC):
         return PlannedCost(2 * c.chains, budget, False, "hmc's trajectories follow the step size its search finds, so "
                            "only its budget rule's bounds are known before training")
+    passes: float | None = None
     if isinstance(a, DeepEnsemble):  # sgd (one member) and de
-        epochs = a.n_members() * a.epochs_per_member(budget)
+        epochs, passes = a.n_members() * a.epochs_per_member(budget), a.n_members()
     elif isinstance(a, AnchoredEnsemble):
-        epochs = a.members(budget) * c.epochs
+        epochs, passes = a.members(budget) * c.epochs, a.members(budget)
     elif isinstance(a, CyclicalSGMCMC):
         cycles, length = a.plan(budget)
-        epochs = c.chains * cycles * length
+        epochs, passes = c.chains * cycles * length, c.chains * cycles * c.samples_per_cycle
     elif isinstance(a, Laplace):
         epochs = a.plan(budget) + 1  # the MAP's epochs, then one pass for the curvature
     elif isinstance(a, MCDropout):
-        epochs = a.plan(budget)[0]
+        epochs, passes = a.plan(budget)[0], c.samples
     elif isinstance(a, MFVI):
-        epochs = sum(a.plan(budget))
+        epochs, passes = sum(a.plan(budget)), c.samples
     elif isinstance(a, SequentialAnchoredEnsemble):
         chains, members = allocation(budget, c.first_epochs, c.sequential_epochs, c.chains, c.members_per_chain)
-        epochs = chains * (c.first_epochs + (members - 1) * c.sequential_epochs)
+        epochs, passes = chains * (c.first_epochs + (members - 1) * c.sequential_epochs), chains * members
     elif isinstance(a, StochasticGradientLangevin):
-        epochs = c.chains * a.plan(budget)[0]
+        epochs, _, samples = a.plan(budget)
+        epochs, passes = c.chains * epochs, c.chains * samples
     elif isinstance(a, SWAG):  # swag, swag-diag and multiswag
-        epochs = c.runs * a.plan(budget, steps_per_epoch(n_train, c.batch_size))[0]
+        epochs, passes = c.runs * a.plan(budget, steps_per_epoch(n_train, c.batch_size))[0], c.runs * c.samples
     elif isinstance(a, VOGN):  # s_0 from the first minibatch (charged), then epochs of mc_samples passes each
-        epochs = min(c.batch_size, n_train) / n_train + a.plan(budget, n_train) * c.mc_samples
+        epochs, passes = min(c.batch_size, n_train) / n_train + a.plan(budget, n_train) * c.mc_samples, c.samples
     else:
         return None
-    return PlannedCost(float(epochs), float(epochs), True)
+    return PlannedCost(float(epochs), float(epochs), True, test_passes=None if passes is None else float(passes))
+
+
+def refused_passes(claimed: float, cost: PlannedCost) -> bool:
+    """Whether ``claimed`` test passes are not the ones the plan fixes (where it fixes them)."""
+    return cost.test_passes is not None and abs(claimed - cost.test_passes) > ROUND_OFF * max(1.0, cost.test_passes)
 
 
 def refused_cost(claimed: float, cost: PlannedCost) -> bool:

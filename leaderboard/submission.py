@@ -390,18 +390,24 @@ def _check_plan(result: dict, task: Task, source: str) -> None:
 
 def _check_cost(result: dict, task: Task, source: str) -> None:
     """A built-in method's record claims the epochs its settings spend at its budget, as its budget rule fixes them
-    before training (:func:`bench.costs.planned_cost`; for ``hmc`` only its bounds): a record claiming another cost
-    (0, -0.0, one epoch of two) was edited after its run."""
+    before training (:func:`bench.costs.planned_cost`; for ``hmc`` only its bounds), and the test passes its settings
+    fix (where they do): a record claiming another cost (0, -0.0, one epoch of two) was edited after its run."""
     from approximators import METHODS
     from approximators.base import recorded_config
-    from bench.costs import planned_cost, refused_cost
+    from bench.costs import planned_cost, refused_cost, refused_passes
 
     method, budget, claimed = METHODS[result["method"]], float(result["budget"]), result["epochs_used"]
     try:
         cost = planned_cost(method(recorded_config(method, result["config"])), budget, task.n_train)
     except BenchError as error:  # the budget rule refused it: said above already, as a run that cannot exist
         raise SubmissionError(f"{source}: a run that cannot exist: {error}") from None
-    if cost is None or not refused_cost(claimed, cost):
+    if cost is None:
+        return
+    if refused_passes(result["test_passes"], cost):
+        raise SubmissionError(f"{source}: claims {shown(result['test_passes'])} test passes, but {method.name} with "
+                              f"these settings evaluates {cost.test_passes:g} networks on the test inputs (its "
+                              "settings fix it before training): edited after the run; rerun it")
+    if not refused_cost(claimed, cost):
         return
     if cost.exact:
         raise SubmissionError(f"{source}: claims {shown(claimed)} epochs used, but {method.name} with these settings "

@@ -72,6 +72,8 @@ def write_run(out: Path, task_name: str, method: str = "de", seed: int = 0, budg
         cost = planned_cost(built_in(recorded_config(built_in, result["config"])), float(budget), task.n_train)
         if cost is not None and cost.exact:
             result["epochs_used"] = cost.most
+        if cost is not None and cost.test_passes is not None:
+            result["test_passes"] = cost.test_passes
     result = {**result, "resolved": result["config"] if resolved is None else resolved, **fields}
     folder = records.run_folder(out, task.name, method, budget, seed)
     # as a file anyone can edit: a record the validator would refuse is written too (records.write_run checks it)

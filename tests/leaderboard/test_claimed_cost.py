@@ -12,7 +12,7 @@ import pytest
 from approximators import METHODS
 from approximators.base import recorded_config
 from bench import records
-from bench.costs import planned_cost, refused_cost
+from bench.costs import planned_cost, refused_cost, refused_passes
 from bench.errors import EXIT_BAD_INPUT
 from bench.tasks import get_task
 from leaderboard import submission
@@ -63,6 +63,21 @@ def test_a_record_claiming_another_cost_than_its_plan_is_refused_alike(tmp_path,
         assert "only bounds are checked" in err, err
 
 
+PASSES_FORGED = [("sgd", 2.0, 2.0), ("sgd", 2.0, 0.0), ("de", 10.0, 1.0), ("mc-dropout", 10.0, 29.0),
+                 ("swag", 10.0, 31.0), ("multiswag", 100.0, 30.0), ("sgld", 10.0, -0.0)]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("method, budget, claimed", PASSES_FORGED)
+def test_a_record_claiming_other_test_passes_than_its_settings_fix_is_refused(tmp_path, run_cli, make_run, command,
+                                                                              method, budget, claimed):
+    folder = make_run(tmp_path / "runs", "toy-gap", method=method, budget=budget)
+    path = folder / records.RESULT
+    path.write_text(json.dumps({**json.loads(path.read_text()), "test_passes": claimed}))
+    code, _, err = run_cli(*COMMANDS[command](folder, tmp_path))
+    assert code == EXIT_BAD_INPUT and err.count("\n") == 1 and "test passes" in err, err
+
+
 def test_export_submission_refuses_a_record_claiming_another_cost(tmp_path, file_server, official_files,
                                                                   fixture_checksums, run_cli):
     """uci-gap at fixture size: a real sgd run exports; its record edited to each cost its plan does not spend is
@@ -105,5 +120,6 @@ def test_every_built_in_method_has_a_planned_cost_and_every_shipped_record_claim
         cost = planned_cost(method(recorded_config(method, result["config"])), float(result["budget"]),
                             n_train[result["task"]])
         assert cost is not None and not refused_cost(result["epochs_used"], cost), (path, result["epochs_used"], cost)
+        assert not refused_passes(result["test_passes"], cost), (path, result["test_passes"], cost)
         seen.add(result["method"])
     assert seen == set(METHODS), set(METHODS) - seen
