@@ -300,6 +300,9 @@ class _Worker:
         in the process (threads, changed state) reaches another method's run."""
         self.inside: tuple[str, str] | None = None
         """The method and part whose code it runs now, as it said: what a death is reported as."""
+        self.named: str | None = None
+        """The name of the method it ran (``mine``), as it said: what its notes call it, as the worker's own notes
+        and the run's table do, never ``method``'s ``package.module:Class``."""
 
     def take(self, on_progress: Callable[[float], None] | None = None) -> "Outcome | object | None":
         """Takes in the messages waiting, without waiting for more (progress goes to ``on_progress``, where it is to
@@ -313,6 +316,7 @@ class _Worker:
                 return message
             if message[0] == "in":
                 self.inside = None if message[1] is None else (message[1], message[2])
+                self.named = message[1] or self.named
             elif on_progress is not None:
                 on_progress(message[1])
         return None if self.process.is_alive() else DIED
@@ -341,7 +345,7 @@ class _Worker:
             self.process.join()
         killed = self.end_left_behind()
         if not kill:
-            _say_left_behind(killed, self.method or None, "when its process ended")
+            _say_left_behind(killed, self.named or self.method or None, "when its process ended")
 
     def end_left_behind(self) -> list[int]:
         """Kills what the ended worker's method left running (:func:`bench.descendants.end_tree_of`)."""
@@ -364,7 +368,7 @@ def _death(worker: _Worker, method: str | None, part: str | None = None) -> Outc
     left = f"; {descendants.left_behind_line(len(killed), 'after it ended')}" if killed else ""
     how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
            -code in signal.Signals._value2member_map_ else f"ended with exit code {code}")
-    name, part = worker.inside or (method, part)
+    name, part = worker.inside or (worker.named or method, part)
     if code == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
         whose = f"method {name!r}: its process" if name else "its worker process"
         return Outcome(None, EXIT_ENVIRONMENT, f"{whose} was killed by SIGKILL (out of memory, or killed by hand); "
@@ -539,7 +543,11 @@ def _connect_ray(address: str | None):
     from bench import optional
 
     ray = optional.load("ray", "--executor ray", missing=RAY_MISSING)
-    if ray.is_initialized():  # a caller (a notebook, a test) already chose the cluster
+    try:
+        initialized = ray.is_initialized()
+    except Exception as error:  # a Ray of another version or half installed: its API is not there
+        raise optional.failure("ray", "--executor ray", error) from None
+    if initialized:  # a caller (a notebook, a test) already chose the cluster
         return ray, False
     if address:
         _check_answers(address)

@@ -71,7 +71,7 @@ def failure(module: str, purpose: str, error: BaseException,
                                             f"{extra.install}")
     detail = " ".join(text_of(error).split())[:200]
     reinstall = f"pip install --force-reinstall --no-deps {extra.distribution}, or {extra.install}"
-    return BrokenDependency(f"{purpose} needs {extra.distribution}, which is installed but fails to import here "
+    return BrokenDependency(f"{purpose} needs {extra.distribution}, which is installed but fails to import or start here "
                             f"({type(error).__name__}{': ' + detail if detail else ''}): a broken or mismatched "
                             f"installation; reinstall it: {reinstall}")
 

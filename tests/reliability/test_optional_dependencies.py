@@ -139,3 +139,12 @@ def test_a_browser_that_does_not_start_skips_the_page_test_in_one_line(tmp_path,
         test_browser.started(tmp_path / "profile")
     message = str(skipped.value.msg)
     assert str(fake) in message and "does not start" in message and "reinstall" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("body", ["", "def is_initialized():\n    raise RuntimeError('mismatched core worker')",
+                                  "is_initialized = None"])
+def test_a_ray_without_the_api_it_should_have_is_one_line(tmp_path, monkeypatch, run_cli, body):
+    _broken(tmp_path, monkeypatch, "ray", body)  # imports, but is not the Ray bdl-bench drives
+    code, _, err = run_cli("sweep", "--method", "sgd", "--task", "toy-gap", "--budget", "1", "--seed", "0",
+                           "--executor", "ray", "--quiet", "--out", tmp_path / "runs")
+    _one_line(code, err, EXIT_ENVIRONMENT, "ray", "pip install")
