@@ -266,10 +266,11 @@ def dataframe(records: "list[dict]"):
     :class:`ConfigError` line)."""
     from bench import optional
 
+    rows = table(records)  # records that are no records are said as such, with or without pandas
     pandas = optional.load("pandas", "dataframe", missing="dataframe needs pandas, which is not installed: pip "
                            "install pandas (or the extra: pip install -e '.[pandas]'); table(records) gives the same "
                            "rows as dicts")
-    return pandas.DataFrame(table(records))
+    return pandas.DataFrame(rows)
 
 
 TABLE_FIELDS = ("task", "method", "label", "budget", "seed", "epochs_used", "test_passes", "wall_seconds")

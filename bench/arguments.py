@@ -10,6 +10,7 @@ import math
 import re
 import sys
 
+from bench.errors import number_text
 from bench.limits import MAX_BUDGET_EPOCHS
 
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
@@ -39,7 +40,7 @@ def budget_epochs(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of epochs, got {text!r}")
     if value > MAX_BUDGET_EPOCHS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET_EPOCHS:g} epochs, got {text}")
+        raise argparse.ArgumentTypeError(f"at most {number_text(MAX_BUDGET_EPOCHS)} epochs, got {text}")
     return value
 
 
@@ -113,6 +114,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.refuse_unknown(parsed, unknown)
         return parsed
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._parsing = list(sys.argv[1:] if args is None else args)  # what error() looks through for unknown options
+        return super().parse_known_args(args, namespace)
+
+    def unknown_options(self, args: list[str]) -> list[str]:
+        """The options among ``args`` this parser does not have (``-V``, ``--vers``), up to a ``--``."""
+        unknown = []
+        for arg in args:
+            if arg == "--":
+                break
+            flag = arg.split("=", 1)[0]
+            if (arg.startswith("-") and len(arg) > 1 and flag not in self._option_string_actions
+                    and not self._negative_number_matcher.match(arg)):
+                unknown.append(arg)
+        return unknown
+
     def refuse_unknown(self, parsed: argparse.Namespace, unknown: list[str]) -> None:
         """Refuses arguments no parser took, named by the (sub)subcommand's parser ``parsed`` chose, so that the line
         points to that subcommand's ``--help``, with a hint where an option is close to one of its own."""
@@ -134,19 +151,28 @@ class OneLineParser(argparse.ArgumentParser):
                     raise
 
     def error(self, message: str):
+        unknown = self.unknown_options(getattr(self, "_parsing", []))
+        if unknown and message.startswith("the following arguments are required"):
+            # an option mistyped (`-V`, `--vers`, `--metod`) is what to fix first, not what it left missing
+            message = f"unrecognized arguments: {' '.join(unknown)}{sibling_hint(self, unknown)}"
         # A subcommand's parser is named by its whole command line (`python -m bench reference generate`).
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def sibling_hint(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     """``; did you mean --seeds?`` for an unknown option close to one ``parser`` has (a prefix of it, or a near
-    spelling), since abbreviations are refused; empty if none is."""
+    spelling, since abbreviations are refused; for a short option such as ``-V``, the long ones of its letter); empty
+    if none is."""
     import difflib
 
     known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
-    for text in (u.split("=", 1)[0] for u in unknown if u.startswith("--") and len(u) > 2):
-        close = [flag for flag in known if flag.startswith(text)] or [
-            f"--{name}" for name in difflib.get_close_matches(text[2:], [k[2:] for k in known], n=1, cutoff=0.8)]
+    for text in (u.split("=", 1)[0] for u in unknown if u.startswith("-") and len(u) > 1):
+        if not text.startswith("--"):  # a short option, as other tools have them (-V, -m): the long ones it starts
+            close = [flag for flag in known if len(text) == 2 and flag[2:3] == text[1].lower()]
+        else:
+            close = [flag for flag in known if flag.startswith(text)] or [
+                f"--{name}" for name in difflib.get_close_matches(text[2:], [k[2:] for k in known], n=1,
+                                                                  cutoff=0.8)]
         if close:
             return f" ({text} is not an option here; did you mean {' or '.join(close)}?)"
     return ""

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from bench.errors import BudgetExhausted, ConfigError, MeterMisuse, OverBudget, shown
+from bench.errors import BudgetExhausted, ConfigError, MeterMisuse, OverBudget, number_text, shown
 from bench.limits import DEFAULT_MAX_EPOCHS, MAX_BUDGET_EPOCHS  # noqa: F401 (bench.budget.DEFAULT_MAX_EPOCHS: its users')
 
 
@@ -45,7 +45,8 @@ def check_planned_epochs(epochs: float, limit: float, what: str) -> None:
     """One :class:`BudgetExhausted` line, before anything trains, when ``what`` would re-execute more than ``limit``
     epochs."""
     if epochs > limit:
-        raise BudgetExhausted(f"{what} would train {epochs:,.0f} epochs in all, more than --max-epochs {limit:,.0f}; "
+        raise BudgetExhausted(f"{what} would train {number_text(epochs)} epochs in all, more than --max-epochs "
+                              f"{number_text(limit)}; "
                               f"check what it claims or asks for, or pass --max-epochs {math.ceil(epochs)} to run it")
 
 
@@ -56,7 +57,7 @@ def check_budget_size(budget_epochs) -> float:
             or budget_epochs == math.inf:  # NaN fails > 0; a whole number is compared, never converted (2^5000)
         raise ConfigError(f"the budget must be a positive number of epochs, got {shown(budget_epochs)}")
     if budget_epochs > MAX_BUDGET_EPOCHS:
-        raise ConfigError(f"the budget must be at most {MAX_BUDGET_EPOCHS:g} epochs (bdl-bench runs no more), got "
+        raise ConfigError(f"the budget must be at most {number_text(MAX_BUDGET_EPOCHS)} epochs (bdl-bench runs no more), got "
                               f"{shown(budget_epochs)}")
     return float(budget_epochs)
 

@@ -17,7 +17,7 @@ from bench.errors import (DEBUG_ENV, EXIT_CLOSED_PIPE, EXIT_ENVIRONMENT, EXIT_IN
                           closed_pipe, describe_failure)
 from bench.limits import DEFAULT_EVERY_SECONDS, DEFAULT_MAX_EPOCHS
 from bench.loading import load_torch
-from bench.arguments import (OneLineParser, budget_epochs, decimal_number, duration_or_off, finite_epochs, positive_whole,
+from bench.arguments import (OneLineParser, sibling_hint, budget_epochs, decimal_number, duration_or_off, finite_epochs, positive_whole,
                              seed_number)
 
 SUBCOMMANDS = ("run", "tasks", "methods", "fetch", "export-submission", "reference", "submit", "leaderboard", "check",
@@ -414,6 +414,11 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> OneLineParser:
+    """The parser of subcommand ``name``."""
+    return next(action.choices[name] for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+
+
 def _started() -> bool:
     """Loads PyTorch, which every command needs and the parser does not (``--version`` and ``--help`` answer without
     it): where memory is too short for it, one line (exit 3) rather than an abort (:func:`bench.loading.load_torch`).
@@ -435,9 +440,13 @@ def _started() -> bool:
 
 def _dispatch(argv: list[str], command_line: str, debug: bool, parsed: argparse.Namespace) -> int:
     """Parses ``argv`` (into ``parsed``, which says the command to an interrupt's line) and runs its command."""
-    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
-        argv = ["run", *argv]
     parser = build_parser(_program())
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        first = argv[0].split("=", 1)[0]
+        if _subparser(parser, "run").unknown_options([argv[0]]) and sibling_hint(parser, [first]):
+            # `-V`, `--vers`: meant for python -m bench itself, not for the run it would otherwise be taken for
+            parser.error(f"unrecognized arguments: {argv[0]}{sibling_hint(parser, [first])}")
+        argv = ["run", *argv]
     args, unknown = parser.parse_known_args(argv, namespace=parsed)
     if unknown:  # named by the subcommand's parser, so the line points to that subcommand's --help
         parser.refuse_unknown(args, unknown)

@@ -162,6 +162,15 @@ SHOWN_CHARS = 40
 """The most of a wrong value an error line shows."""
 
 
+def number_text(value: float) -> str:
+    """A number as a line says it: a whole one with thousands separators (``100,000``), any other in the fewest
+    digits that give it back to 12 significant digits (``0.5``, ``1,234.5``; a sum's round-off, 0.30000000000000004,
+    is not said), never rounded to a whole number (``--max-epochs 0.5`` was said as ``0``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.12g}"
+
+
 def shown(value: object) -> str:
     """A wrong value as an error line shows it: its repr, cut at :data:`SHOWN_CHARS` characters (a whole number too
     long for Python to print, by its length)."""

@@ -93,8 +93,10 @@ def atomic_write_bytes(path: Path, data: bytes, what: str = "the file") -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename == tmp:  # the file being written is the one to name
+            error.filename, error.filename2 = str(path), None
         raise
 
 

@@ -249,11 +249,12 @@ def check_label(label, source: str) -> None:
 
 def check_budget_range(budget, source: str) -> None:
     """A budget as a run takes it: a number of epochs in (0, MAX_BUDGET_EPOCHS] (compared, never converted)."""
-    from bench.budget import MAX_BUDGET_EPOCHS
+    from bench.errors import number_text
+    from bench.limits import MAX_BUDGET_EPOCHS
 
     if not (finite_number(budget) and 0 < budget <= MAX_BUDGET_EPOCHS):
-        raise DamagedFile(f"{source}: the budget must be a number of epochs in (0, {MAX_BUDGET_EPOCHS:g}], got "
-                          f"{shown(budget)}")
+        raise DamagedFile(f"{source}: the budget must be a number of epochs in (0, {number_text(MAX_BUDGET_EPOCHS)}], "
+                          f"got {shown(budget)}")
 
 
 def checked_result(folder: Path) -> dict:

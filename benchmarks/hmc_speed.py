@@ -61,7 +61,7 @@ if UNAVAILABLE is None:
 from bench import scripts
 from bench.arguments import positive_whole
 from bench.functional import StackedModel, seeded_module  # noqa: E402
-from bench.tasks import get_task  # noqa: E402
+from bench.tasks import get_task, task_names  # noqa: E402
 from bench import hmc  # noqa: E402
 from reference.generate import task_target  # noqa: E402
 from reference.store import load_reference  # noqa: E402
@@ -190,7 +190,7 @@ def bare_jax_gradient_ms(task, dtype: str, repeats: int, calls: int = 100) -> fl
 
 def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"])
+    parser.add_argument("--tasks", nargs="+", default=["digits-cnn", "digits-lstm"], choices=task_names())
     parser.add_argument("--chains", type=positive_whole, nargs="+", default=[1, 8])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))

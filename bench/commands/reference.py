@@ -28,6 +28,8 @@ def _diagnose(args) -> int:
     if unknown:
         raise ConfigError(f"reference diagnose reads the embedded tasks' references ({', '.join(REFERENCE_SETTINGS)}); "
                           f"{', '.join(map(repr, unknown))} is not one of them")
+    if args.folder is not None:
+        names = _held(args.folder, names, given=bool(args.tasks))
     if args.update:
         for name in names:
             for line in store.restate(get_task(name), args.folder):
@@ -67,6 +69,21 @@ def _diagnose(args) -> int:
           + (f"; {', '.join(mismatched)} state figures their evidence does not give" if mismatched else "")
           + (f"; {', '.join(refused)} could not be diagnosed (each named on stderr)" if refused else ""))
     return 2 if refused else 1 if mismatched else 0
+
+
+def _held(folder, names: list[str], given: bool) -> list[str]:
+    """The tasks of ``names`` whose reference ``folder`` (``--folder``) holds: every one of them where the tasks were
+    named, else those it holds. A folder that is not there, or holds none, is the user's input to fix (exit 2)."""
+    if not folder.is_dir():
+        raise BenchError(f"--folder {terminal_text(folder)}: {'not a folder' if folder.exists() else 'no such folder'}; "
+                         "give the folder `python -m bench reference generate --out FOLDER` wrote")
+    held = [name for name in names if (folder / f"{name}.json").is_file()]
+    lacking = [name for name in names if name not in held]
+    if (given and lacking) or not held:
+        raise BenchError(f"--folder {terminal_text(folder)} holds no reference of {', '.join(lacking)} (no "
+                         f"{lacking[0]}.json); `python -m bench reference generate --task {lacking[0]} --out "
+                         f"{terminal_text(folder)}` writes one")
+    return held
 
 
 def _generate(args) -> int:

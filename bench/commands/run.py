@@ -61,7 +61,7 @@ def command(args) -> int:
         resolve_device(args.device)
         results = [_earlier_record(folder, rehearsal is not None) for folder in earlier]
         rows = [summary_row(result) for result in results]
-        what = f"{'rehearsal: ' if rehearsal else ''}{args.method} @ {args.budget:g} epochs"
+        what = f"{'rehearsal: ' if rehearsal else ''}{method.name} @ {args.budget:g} epochs"  # as its rows name it
         with Progress(len(runs), args.quiet, what) as progress:
             for task, seed in runs:
                 title = run_title(task_label(task, rehearsal), method.name, args.budget, seed)

@@ -210,7 +210,7 @@ def test_a_finished_run_is_returned_from_its_record_and_force_trains_it_again(tm
     (api.run, dict(method="nomod:X"), "method='nomod:X': cannot import nomod"),
     (api.sweep, dict(method=["sgd", "nomod:X"]), "method='nomod:X': cannot import nomod"),
     (api.run, dict(budget="x"), "the budget must be a positive number of epochs, got 'x'"),
-    (api.run, dict(budget=10**5000), "the budget must be at most 1e+06 epochs"),
+    (api.run, dict(budget=10**5000), "the budget must be at most 1,000,000 epochs"),
     (api.sweep, dict(budget=[1, -1]), "the budget must be a positive number of epochs, got -1"),
     (api.run, dict(device="tpu"), "device must be one of 'auto', 'cpu', 'cuda', got 'tpu'"),
     (api.fit, dict(device="cuda:0"), "device must be one of"),

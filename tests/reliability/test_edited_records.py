@@ -135,7 +135,7 @@ def test_verify_and_submit_refuse_exactly_the_same_edits_in_the_same_line(folder
     ({"config_edit": {"batch_size": 16.5}}, "of the wrong type: batch_size"),
     ({"config_edit": {"evil": 1}}, "unknown evil"),
     ({"config_edit": {"batch_size": 10**30}}, "whole ones within 64 bits"),
-    ({"budget": math.inf}, "the budget must be a number of epochs in (0, 1e+06]"),
+    ({"budget": math.inf}, "the budget must be a number of epochs in (0, 1,000,000]"),
     ({"budget": 10**400}, "the budget must be a number of epochs"),
     ({"seed": 10**400}, "lies outside [0, 2^63)"),
     ({"wall_seconds": 10**400}, "wall_seconds must be a finite number"),

@@ -185,7 +185,7 @@ def test_json_is_bounded_in_size_and_depth(tmp_path, run_cli, db, text, message)
     ("wall_seconds", float("nan"), "wall_seconds must be a finite number"),
     ("test_passes", -1, "test_passes must be a non-negative number"),
     ("epochs_used", float("nan"), "epochs used, outside"),
-    ("budget", 1e300, "the budget must be a number of epochs in (0, 1e+06]"),
+    ("budget", 1e300, "the budget must be a number of epochs in (0, 1,000,000]"),
     ("device", "", "device must be 1 to 200 printable characters"),
     ("device", "cpu\n<script>", "device must be"),
     ("device", "x" * 201, "device must be"),
