@@ -51,6 +51,11 @@ def planned_cost(approximator, budget: float, n_train: int) -> PlannedCost | Non
     from approximators.vogn import VOGN
 
     a, c = approximator, approximator.config
+    ruled = next((known for known in (BudgetedHMC, DeepEnsemble, AnchoredEnsemble, CyclicalSGMCMC, Laplace, MCDropout,
+                                      MFVI, SequentialAnchoredEnsemble, StochasticGradientLangevin, SWAG, VOGN)
+                  if isinstance(a, known)), None)
+    if ruled is None or type(a).fit is not ruled.fit:  # a fit of its own follows no rule known here
+        return None
     if isinstance(a, BudgetedHMC):
         return PlannedCost(2 * c.chains, budget, False, "hmc's trajectories follow the step size its search finds, so "
                            "only its budget rule's bounds are known before training")

@@ -50,10 +50,13 @@ def test_one_altered_prediction_fails_bitwise(honest):
     assert not verification.passed and "1 of 121000 prediction values differ" in verification.detail
 
 
-def test_a_wrong_epochs_claim_fails(honest):
+def test_a_wrong_epochs_claim_is_refused_before_re_execution(honest):
+    """A built-in method's cost is fixed by its budget rule before training (bench.costs, issue 65): a claim of
+    another is refused in one line, as submit refuses it, without training anything."""
     _edit_result(honest, epochs_used=4.0)
-    verification = verify(honest)
-    assert not verification.passed and "epochs_used 4 recorded, 5 re-executed" in verification.detail
+    with pytest.raises(VerificationError, match=r"claims 4.0 epochs used, but sgd with these settings spends 5 of a "
+                                                r"budget of 5 \(its budget rule fixes it before training\)"):
+        verify(honest)
 
 
 def test_a_wrong_resolved_claim_fails_and_a_record_without_one_is_refused(tmp_path, honest):
@@ -100,7 +103,11 @@ def test_cli_verify_and_submit_verify_mark_the_leaderboard(runs, honest, tmp_pat
     assert code == 0 and out.splitlines()[0].count("verified_seeds") == 1
     assert out.splitlines()[2].split(",")[out.splitlines()[0].split(",").index("verified_seeds")] == "1"
 
-    _edit_result(honest, epochs_used=4.0)
+    with np.load(honest / records.PREDICTIONS) as npz:  # a forgery only its re-execution sees (its cost is checked
+        samples = npz["samples"].copy()                  # before: bench.costs)
+    samples[7, 3] += 1e-6
+    records.write_run(honest, "samples", samples, {**json.loads((honest / records.RESULT).read_text()),
+                                                   "predictions_sha256": records.predictions_sha256(samples)})
     code, out, _ = run_cli("verify", honest)
     assert code == 1 and "NOT VERIFIED" in out
     code, _, err = run_cli("submit", honest, "--db", tmp_path / "other.sqlite", "--name", "bob", "--verify")
