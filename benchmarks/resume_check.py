@@ -2,19 +2,22 @@
 
     python benchmarks/resume_check.py [--methods swag sae csgmcmc vogn hmc] [--out FILE]
 
-For each method, on ``digits`` with its defaults and a budget of about half a minute here (:data:`BUDGETS`): the command
-line ``python -m bench --method M --budget B --task digits`` run once uninterrupted (T seconds, process start to end), then once more into another folder, stopped by
-SIGTERM after T / 2 seconds (exit 143, its checkpoint written), then the same command again, which resumes (R
-seconds). The table gives T, R, R / T (about one half: the stopped run's training is not repeated; the replay toward
-the resume point and the process's start cost the rest), where the run resumed from, whether it said so, and whether
-its predictions equal the uninterrupted run's bit for bit (their sha256 in the records). It also gives, for each
-competition model with ``sgd`` and ``sae`` on generated data (a rehearsal's), the seconds to write one checkpoint, as
-a share of the default interval between checkpoints (``bench.checkpoint.DEFAULT_EVERY_SECONDS``).
+For each method, on ``digits`` with its defaults and a budget of about half a minute here (:data:`BUDGETS`): the
+command line ``python -m bench --method M --budget B --task digits`` run once uninterrupted (T seconds, process start
+to end), then once more into another folder, stopped by SIGTERM after T / 2 seconds (exit 143, its checkpoint
+written), then the same command again, which resumes. The table gives each run's CPU seconds (what a shared machine
+disturbs least; the wall seconds beside them), their ratio, which is about the share of the budget left to train when
+the stop came (the stopped run's training is not repeated; the process's start and the replay toward the resume
+point cost the rest), whether the resumed run said so, and whether its predictions equal the uninterrupted run's bit
+for bit (their sha256 in the records). It also gives, for each competition model with ``sgd`` and ``sae`` on generated
+data (a rehearsal's), the seconds to write one checkpoint, as a share of the default interval between checkpoints
+(``bench.checkpoint.DEFAULT_EVERY_SECONDS``).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -39,10 +42,12 @@ def _command(method: str, budget: float, out: Path) -> list[str]:
             "--out", str(out), "--quiet", "--checkpoint-every", "1h"]
 
 
-def _timed(command: list[str], stop_after: float | None = None) -> tuple[float, int, str]:
-    """Seconds from start to end, the exit code and standard error of ``command``, stopped by SIGTERM after
-    ``stop_after`` seconds when given."""
+def _timed(command: list[str], stop_after: float | None = None) -> tuple[float, float, int, str]:
+    """Seconds from start to end, CPU seconds, the exit code and standard error of ``command``, stopped by SIGTERM
+    after ``stop_after`` seconds when given. The CPU seconds (user and system, of the process and what it waited for)
+    are what a shared machine disturbs least: one thread computes the same whatever else runs."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -56,25 +61,29 @@ def _timed(command: list[str], stop_after: float | None = None) -> tuple[float, 
         if process.poll() is None:
             process.kill()
             process.communicate()
-    return time.perf_counter() - started, process.returncode, err
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, process.returncode, err
 
 
 def resume_row(method: str, budget: float, root: Path) -> dict:
-    whole_seconds, code, err = _timed(_command(method, budget, root / "whole"))
+    whole_wall, whole_cpu, code, err = _timed(_command(method, budget, root / "whole"))
     if code != 0:
         raise RuntimeError(f"{method}: the uninterrupted run failed: {err.strip().splitlines()[-1:]}")
     stopped = root / "stopped"
-    _, code, err = _timed(_command(method, budget, stopped), stop_after=whole_seconds / 2)
+    _, _, code, err = _timed(_command(method, budget, stopped), stop_after=whole_wall / 2)
     if code != 143:
         raise RuntimeError(f"{method}: the run stopped half way ended with {code}, not 143: {err.strip()[-300:]}")
-    resumed_seconds, code, err = _timed(_command(method, budget, stopped))
+    resumed_wall, resumed_cpu, code, err = _timed(_command(method, budget, stopped))
     if code != 0:
         raise RuntimeError(f"{method}: the resumed run failed: {err.strip().splitlines()[-1:]}")
     whole = records.read_result(records.run_folder(root / "whole", "digits", method, budget, 0))
     resumed = records.read_result(records.run_folder(stopped, "digits", method, budget, 0))
-    return {"method": method, "budget": budget, "uninterrupted (s)": round(whole_seconds, 1),
-            "resumed (s)": round(resumed_seconds, 1), "resumed / uninterrupted": resumed_seconds / whole_seconds,
-            "resumed from (epochs)": round(resumed["resumed"][0]["from_epochs"], 1) if resumed.get("resumed") else None,
+    start = resumed["resumed"][0]["from_epochs"] if resumed.get("resumed") else 0.0
+    return {"method": method, "budget": budget, "uninterrupted (CPU s)": whole_cpu, "resumed (CPU s)": resumed_cpu,
+            "resumed / uninterrupted": resumed_cpu / whole_cpu, "budget left to train": 1 - start / budget,
+            "wall s (uninterrupted, resumed)": f"{whole_wall:.0f}, {resumed_wall:.0f}",
             "said so": "yes" if "resuming from its checkpoint" in err else "no",
             "same predictions": "yes" if resumed["predictions_sha256"] == whole["predictions_sha256"] else "NO"}
 
