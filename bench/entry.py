@@ -13,6 +13,8 @@ import sys
 from bench import interrupts
 from bench.interrupts import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED
 
+EXIT_ENVIRONMENT = 3  # bench.errors.EXIT_ENVIRONMENT, which this module does not import before its guard
+
 
 def main() -> int:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell made us ignore it
@@ -27,6 +29,10 @@ def main() -> int:
             return interrupts.stopped_code()
         if "--debug" in sys.argv or isinstance(error, SystemExit):
             raise
+        if isinstance(error, MemoryError):  # a limit (ulimit -v) too low even for the command line itself
+            print("error: out of memory while starting; nothing was done: raise the memory limit (ulimit -v) or use "
+                  "a machine with more memory", file=sys.stderr)
+            return EXIT_ENVIRONMENT
         print(f"error: internal error while starting, a bug in bdl-bench or in its installation: "
               f"{type(error).__name__}: {' '.join(str(error).split())[:300]}; please report it with the traceback "
               "that --debug shows", file=sys.stderr)

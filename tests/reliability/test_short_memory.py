@@ -102,3 +102,20 @@ def test_a_probe_that_fails_for_lack_of_memory_is_the_machine_s_refusal(monkeypa
 ])
 def test_a_library_that_cannot_load_or_allocate_is_out_of_memory(error):
     assert describe_failure(error)[0] == EXIT_ENVIRONMENT
+
+
+@pytest.mark.parametrize("failing", ["bench.cli", "bench.arguments", "argparse"])
+def test_memory_refused_while_the_command_line_itself_loads_is_one_line(failing):
+    """Below what even the parser needs (a limit of some 15 MB): the machine's refusal, not a bug."""
+    starting = ("import builtins, runpy, sys\n"
+                "real = builtins.__import__\n"
+                "def refused(name, *args, **kwargs):\n"
+                f"    if name == {failing!r}:\n"
+                "        raise MemoryError\n"
+                "    return real(name, *args, **kwargs)\n"
+                "builtins.__import__ = refused\n"
+                "sys.argv = ['bench', 'tasks']\n"
+                "runpy.run_module('bench', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", starting], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert done.stderr.startswith("error: out of memory while starting") and done.stderr.count("\n") == 1
