@@ -319,10 +319,18 @@ def closed_pipe(error: BaseException) -> bool:
     return gone
 
 
-def describe_failure(error: BaseException) -> tuple[int, str]:
+COMMAND_LINE_FOLDERS = " (--out, --db, --cache)"
+"""The options of ``python -m bench`` that choose where it writes, which an operating system error's advice names;
+a benchmark script's line leaves them out (:func:`describe_failure`), as it takes none or another set."""
+
+
+def describe_failure(error: BaseException, options: bool = True) -> tuple[int, str]:
     """``(exit code, one line)`` for any failure, the line naming the file or setting and what to do; any text it
-    carries from outside is shown as :func:`terminal_text` shows it."""
+    carries from outside is shown as :func:`terminal_text` shows it. ``options`` False: the line names no option of
+    ``python -m bench`` (a benchmark script's, or ``bench.docblocks``', boundary)."""
     code, line = _described(error)
+    if not options:
+        line = line.replace(COMMAND_LINE_FOLDERS, "")
     return code, _flat(line, SHOWN_TEXT_CHARS)
 
 

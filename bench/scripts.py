@@ -98,7 +98,7 @@ def run(main: Callable[[], int | None]) -> NoReturn:
             elif debug:
                 raise
             else:
-                code, line = describe_failure(error)
+                code, line = describe_failure(error, options=False)  # the command line's options are not its
                 print(f"error: {line}", file=sys.stderr)
     raise SystemExit(code)
 

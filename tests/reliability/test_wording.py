@@ -208,3 +208,22 @@ def test_a_worker_s_notes_name_its_method_as_the_worker_does(capsys, monkeypatch
     worker.stop(kill=False)
     err = capsys.readouterr().err
     assert f"note: method {name!r}:" in err and spec not in err
+
+
+@pytest.mark.parametrize("error_number", [errno.EACCES, errno.EPERM, errno.EROFS])
+def test_a_script_s_refused_write_advises_no_option_of_the_command_line(monkeypatch, capsys, tmp_path, error_number):
+    from bench import scripts
+    from bench.cli import main
+
+    def refused():
+        raise OSError(error_number, errno.errorcode[error_number], str(tmp_path / "out.json"))
+
+    monkeypatch.setattr(sys, "argv", ["script.py"])
+    with pytest.raises(SystemExit) as ended:
+        scripts.run(refused)
+    err = capsys.readouterr().err
+    assert_one_line(ended.value.code, err, EXIT_ENVIRONMENT, str(tmp_path / "out.json"))
+    assert "--db" not in err and "--cache" not in err
+    # the command line, which takes them, still names them
+    monkeypatch.setattr("bench.commands.tasks.command", lambda args: refused())
+    assert main(["tasks"]) == EXIT_ENVIRONMENT and "(--out, --db, --cache)" in capsys.readouterr().err
