@@ -14,6 +14,7 @@ import io
 import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,21 @@ class FileServer:
 
     def ranges(self, path: str) -> list[str | None]:
         return [r for p, r in self.requests if p == path]
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """``benchmark_script(NAME)``: ``benchmarks/NAME.py`` loaded as a module (the scripts are files, not a package)."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks"
+                                                      / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture

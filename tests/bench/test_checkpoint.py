@@ -212,25 +212,32 @@ def test_the_record_validator_checks_every_resume(entry, tmp_path):
                                                    {"from_epochs": 1.0, "same_numerics": True}]}, tmp_path)
 
 
-def test_sigterm_through_the_command_line_keeps_the_run_and_the_same_command_continues(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "bench", "--method", "swag", "--budget", "400", "--task", "digits", "--out",
-               str(tmp_path), "--quiet"]
-    folder = records.run_folder(tmp_path, "digits", "swag", 400, 0)
+def _stopped_through_the_command_line(command: list[str], folders: list[Path], env: dict) -> tuple[int, str]:
+    """Runs ``command``, sends it SIGTERM 3 s after every run folder of ``folders`` is locked (its run trains), and
+    returns its exit code and standard error; every wait is bounded, and the process is killed if it outlives them."""
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        # Wait until it trains (its checkpoint every hour is not yet written; the folder's lock is)
-        while not (folder / records.LOCK).exists() and process.poll() is None and time.monotonic() < deadline:
+        deadline = time.monotonic() + 180
+        while not all((f / records.LOCK).exists() for f in folders) and process.poll() is None \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(2.0)
+        time.sleep(3.0)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 143, err
+    return process.returncode, err
+
+
+def test_sigterm_through_the_command_line_keeps_the_run_and_the_same_command_continues(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "bench", "--method", "swag", "--budget", "400", "--task", "digits", "--out",
+               str(tmp_path), "--quiet"]
+    folder = records.run_folder(tmp_path, "digits", "swag", 400, 0)
+    code, err = _stopped_through_the_command_line(command, [folder], env)
+    assert code == 143, err
     assert err.strip().splitlines()[-1] == (f"error: terminated (SIGTERM); finished runs are complete; the "
                                             f"interrupted one's progress is kept in {folder / checkpoint.CHECKPOINT}: "
                                             "run the same command again to continue it")
@@ -313,20 +320,8 @@ def test_a_sweep_stopped_by_sigterm_keeps_its_workers_runs_and_continues_them(tm
     command = [sys.executable, "-m", "bench", "sweep", "--method", "swag", "sgd", "--budget", "2000", "--task",
                "digits", "--workers", "2", "--out", str(tmp_path), "--quiet", "--checkpoint-every", "1h"]
     folders = [records.run_folder(tmp_path, "digits", method, 2000, 0) for method in ("swag", "sgd")]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not all((f / records.LOCK).exists() for f in folders) and process.poll() is None \
-                and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(3.0)
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 143, err
+    code, err = _stopped_through_the_command_line(command, folders, env)
+    assert code == 143, err
     assert "2 unfinished run(s) kept their progress" in err.strip().splitlines()[-1]
     assert all((f / checkpoint.CHECKPOINT).exists() for f in folders)
 
@@ -352,22 +347,6 @@ class Declared(Rewritten):
 '''
 
 
-def _stopped_through_the_command_line(command: list[str], folder: Path, env: dict) -> tuple[int, str]:
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (folder / records.LOCK).exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(3.0)
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    return process.returncode, err
-
-
 @pytest.mark.parametrize("name", ["Rewritten", "Declared"])
 def test_a_method_of_ones_own_in_its_own_process_resumes_only_when_it_says_so(name, tmp_path):
     (tmp_path / "mine.py").write_text(PLUGIN)
@@ -376,7 +355,7 @@ def test_a_method_of_ones_own_in_its_own_process_resumes_only_when_it_says_so(na
     command = [sys.executable, "-m", "bench", "--method", f"mine:{name}", "--budget", "2000", "--task", "digits",
                "--out", str(out), "--quiet", "--set", "members=1"]
     folder = records.run_folder(out, "digits", name.lower(), 2000, 0)
-    code, err = _stopped_through_the_command_line(command, folder, env)
+    code, err = _stopped_through_the_command_line(command, [folder], env)
     assert code == 143, err
     line = err.strip().splitlines()[-1]
     if name == "Declared":  # its process was stopped by SIGTERM and wrote the checkpoint there

@@ -4,7 +4,6 @@ under 2% of the default interval on every competition model. The script's one ru
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -19,11 +18,9 @@ uninterrupted run's: its process's start (imports, the task's data, some 4 CPU s
 replay toward the resume point, which trains nothing."""
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("resume_check", ROOT / "benchmarks" / "resume_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def script(benchmark_script):
+    return benchmark_script("resume_check")
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +33,9 @@ def _rows(kept: dict, table: str) -> list[dict]:
     return [dict(zip(columns, row)) for row in kept["tables"][table]["rows"]]
 
 
-def test_every_method_of_the_issue_resumed_with_the_same_predictions_for_the_budget_left(kept):
+def test_every_method_of_the_issue_resumed_with_the_same_predictions_for_the_budget_left(kept, script):
     rows = _rows(kept, "resume")
-    assert {row["method"] for row in rows} == set(_script().BUDGETS)
+    assert {row["method"] for row in rows} == set(script.BUDGETS)
     for row in rows:
         assert row["same predictions"] == "yes" and row["said so"] == "yes", row
         assert 0.1 <= row["budget left to train"] <= 0.9, row  # stopped part-way, not at an end
@@ -52,8 +49,7 @@ def test_a_checkpoint_costs_under_two_percent_of_the_default_interval_on_every_c
     assert all(row["share of the default interval"] < 0.02 for row in rows)
 
 
-def test_the_script_measures_a_resume(tmp_path, monkeypatch):
-    script = _script()
+def test_the_script_measures_a_resume(tmp_path, monkeypatch, script):
     monkeypatch.setattr(script, "WAIT_SECONDS", 300)  # each of its three commands' bound
     row = script.resume_row("sgd", 200, tmp_path)
     assert row["same predictions"] == "yes" and row["said so"] == "yes"
