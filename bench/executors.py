@@ -332,13 +332,14 @@ class _Worker:
     def ready(self, connections: list) -> bool:
         return self.connection in connections or self.process.sentinel in connections
 
-    def stop(self, kill: bool) -> None:
-        """Ends the worker (with ``kill``, an interrupt's: by SIGTERM, so that its run writes its checkpoint at the end
-        of its training step, :mod:`bench.checkpoint`; else once it has answered) and every process its method
-        started, with a note when there were any (none after an interrupt: all is stopped)."""
+    def stop(self, kill: bool, running: bool = False) -> None:
+        """Ends the worker (at once with ``kill``, an interrupt's; else once it has answered) and every process its
+        method started, with a note when there were any (none after an interrupt: all is stopped). A worker
+        ``running`` a run is stopped by SIGTERM rather than killed, so that its run writes its checkpoint at the end of
+        its training step (:mod:`bench.checkpoint`), within :data:`STOP_SECONDS`."""
         self.connection.close()
         if kill:
-            self.process.terminate()
+            (self.process.terminate if running else self.process.kill)()
         self.process.join(STOP_SECONDS)
         if self.process.is_alive():  # held up by something it runs: it has had its chance
             self.process.kill()
@@ -420,9 +421,10 @@ class Isolated:
     def alive(self) -> bool:
         return self._worker.process.is_alive()
 
-    def close(self, kill: bool = False) -> None:
-        """Ends the process: at once with ``kill``, else once it has answered what it was asked."""
-        self._worker.stop(kill)
+    def close(self, kill: bool = False, running: bool = False) -> None:
+        """Ends the process: at once with ``kill`` (by SIGTERM while ``running`` a run, which then writes its
+        checkpoint), else once it has answered what it was asked."""
+        self._worker.stop(kill, running)
 
     def __enter__(self) -> "Isolated":
         return self
@@ -507,7 +509,7 @@ def run_in_workers(specs: Iterable["RunSpec"], workers: int, threads: int,
                 on_finished(spec, outcome)
     finally:
         for worker in [*idle, *busy]:
-            worker.stop(kill=worker in busy)
+            worker.stop(kill=worker in busy, running=worker in busy)
 
 
 def _check_answers(address: str) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from bench import checkpoint, records, scripts
+from bench.arguments import positive_whole
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = {"swag": 2000, "sae": 3000, "csgmcmc": 2000, "vogn": 2000, "hmc": 30000}
@@ -127,7 +128,7 @@ def write_cost_rows(rows_to_train: int) -> list[dict]:
 def main() -> None:
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(BUDGETS), choices=list(BUDGETS))
-    parser.add_argument("--rehearse-rows", type=int, default=256,
+    parser.add_argument("--rehearse-rows", type=positive_whole, default=256,
                         help="training rows of the generated competition data for the write cost")
     scripts.out_option(parser)
     args = parser.parse_args()

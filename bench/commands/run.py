@@ -81,7 +81,7 @@ def command(args) -> int:
                             result = outcome.result
                 except KeyboardInterrupt:
                     if isolated is not None:  # stopped by SIGTERM, so that its run writes its checkpoint
-                        isolated.close(kill=True)
+                        isolated.close(kill=True, running=True)
                     checkpoint.remember_kept(run_folder(out, task, method.name, args.budget, seed, rehearsal),
                                              None if resumable(method) or args.checkpoint_every is None
                                              else method.name)
