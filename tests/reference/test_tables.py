@@ -13,8 +13,8 @@ def test_the_diagnostics_table_names_each_reference_short_of_the_gold_standard_a
     assert verdict == "Short of the gold standard: " + "; ".join(
         f"`{name}` (worst split R-hat, worst split R-hat over every test point)"
         for name in settings.REFERENCE_SETTINGS) + "."
-    # between digits' worst R-hat on its stated points (1.0096) and over every test point (1.0230): short there alone
-    monkeypatch.setattr(settings, "GOLD_STANDARD", {"max_split_rhat": 1.015, "min_ess_per_chain": 1})
+    # between digits' worst R-hat on its stated points (1.0096) and over every test point (1.0109): short there alone
+    monkeypatch.setattr(settings, "GOLD_STANDARD", {"max_split_rhat": 1.0105, "min_ess_per_chain": 1})
     table = tables.references_table()
     assert "`digits` (worst split R-hat over every test point)" in table.splitlines()[-1]
     digits_row = next(line for line in table.splitlines() if line.startswith("| `digits` |"))
