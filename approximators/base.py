@@ -33,7 +33,7 @@ from bench import checkpoint
 from bench.arguments import NUMBER, WHOLE_NUMBER
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import COMMAND_LINE, ConfigError, DoesNotFit, Spelling, shown
-from bench.memory import Room, gpu_room, room
+from bench.memory import Room, gpu_room, release_freed_memory, room
 from bench.progress import members_evaluated
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, Likelihood
@@ -110,6 +110,7 @@ class PredictiveAccumulator:
         """``(K, N_test, n_outputs)`` for K stacked members, evaluated in chunks of test rows."""
         x = self.problem.x_test
         k, n = next(iter(params.values())).shape[0], x.shape[0]
+        release_freed_memory()  # what training freed, before the test rows' larger chunks are allocated
         chunks = []
         with torch.no_grad():
             for i in range(0, n, EVAL_CHUNK):
@@ -139,8 +140,11 @@ class PredictiveAccumulator:
             start = sum(self._counts[:self.added])
             for member in range(k):
                 count = self._counts[self.added + member]
-                self._samples[:, start:start + count] = self.problem.likelihood.sample(
-                    outputs[member], count, self.generator)
+                into = self._samples[:, start:start + count]
+                if into.is_contiguous():  # one member draws every sample: into the average itself, no copy made
+                    self.problem.likelihood.sample(outputs[member], count, self.generator, out=into)
+                else:
+                    into.copy_(self.problem.likelihood.sample(outputs[member], count, self.generator))
                 start += count
         self.added += k
         members_evaluated(self.added, self.n_members)
@@ -152,12 +156,6 @@ class PredictiveAccumulator:
             return (self._sum / self.added).numpy()
         return self._samples.numpy()
 
-
-RUN_OVERHEAD_BYTES = 8 * 2**20
-"""What any run adds to its process's memory whatever its network, in the memory plan: the working buffers PyTorch
-and its maths libraries allocate on first use during the first training steps and the first pass over the test set
-(10 to 13 MiB measured on the 552-parameter MLP of ``uci-gap``, ``benchmarks/memory_plan.py --competition``), counted
-on the host; without it a small network's plan would be a fraction of what its run holds."""
 
 STATE_COPIES = 8
 """Parameter-sized tensors a network in training holds at once in the memory plan (parameters, gradient,
@@ -171,7 +169,7 @@ other."""
 
 BYTES_PER_KEPT_PREDICTION = 8
 """Bytes per test row and kept number of the running predictive (:class:`PredictiveAccumulator`: float64 sums of
-probabilities, or the regression's samples), on the host."""
+probabilities, or the regression's samples), and per sample a member draws, on the host."""
 
 BYTES_PER_SCHEDULE_STEP = 32
 """A per-step schedule entry held as a Python float in a list (the object and its pointer)."""
@@ -202,12 +200,10 @@ class RowCosts:
 @dataclass(frozen=True)
 class Needs:
     """What a run needs at least: ``device``, bytes on its device (on the CPU: everything it holds), and ``host``,
-    bytes of the host's memory besides (0 when the device is the CPU); ``data``, bytes of its training and test data
-    already on a GPU, which the device's free memory no longer includes."""
+    bytes of the host's memory besides (0 when the device is the CPU)."""
 
     device: int
     host: int = 0
-    data: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,7 +216,9 @@ class Footprint:
     members or chains it creates in all, together or one group after another (:data:`MEMBER_COPIES`,
     :data:`MEMBER_OVERHEAD_BYTES`); ``rows``: the rows each network computes on in one step (its minibatch, or
     the training set for a full-batch method), whose training step's activations it holds
-    (:attr:`RowCosts.training`)."""
+    (:attr:`RowCosts.training`); ``averaged``: the members its predictive averages, where the method says (a
+    regression's predictive draws each member's share of the samples into an array of its own when there are two or
+    more; 0: not said, and the plan counts no such array)."""
 
     networks: int
     schedule_steps: int
@@ -228,34 +226,38 @@ class Footprint:
     what: str = "network"
     members: int = 0
     rows: int = 0
+    averaged: int = 0
 
     def needs(self, n_params: int, costs: RowCosts = RowCosts(), n_test: int = 0, kept_per_test_row: int = 0,
-              device_type: str = "cpu") -> Needs:
+              device_type: str = "cpu", samples: int = 0) -> Needs:
         """What a run of networks of ``n_params`` float32 parameters, each holding ``costs`` per row, holds at its
         peak, with ``n_test`` test rows of which the predictive keeps ``kept_per_test_row`` numbers each (the classes,
-        or a regression's samples), on a device of type ``device_type``.
+        or a regression's samples), on a device of type ``device_type``; ``samples``: a regression's predictive
+        samples, which its members draw (0 for a classification).
 
-        On the device: each network's training state and kept vectors, then the larger of a training step's
-        activations (``rows`` rows) and the predictive's evaluation (the activations of a chunk of test rows, or the
-        members' outputs on all of them). On the host: what the members and the schedules hold, the running
-        predictive and the outputs it gathers, and :data:`RUN_OVERHEAD_BYTES`. On the CPU, one memory: the two
-        phases are one after the other, so the predictive's host part counts only beside the evaluation.
+        On the device, the larger of two phases: training (each network's training state, :data:`STATE_COPIES`, and
+        a training step's activations on ``rows`` rows) and the predictive's evaluation (the parameters evaluated, and
+        the activations of a chunk of test rows or the members' outputs on all of them, the larger), both beside the
+        ``kept`` vectors. On the host: what the members and the schedules hold in training, then the running predictive,
+        the outputs it gathers and a member's draws (:data:`BYTES_PER_KEPT_PREDICTION` each, ``averaged``). On the
+        CPU, one memory: the predictive's host part counts only beside the evaluation
+        (:func:`bench.memory.release_freed_memory` keeps a run's training from adding to it).
 
         Everything counted is held at once, so the plan counts no more than a run holds (``python
         benchmarks/memory_plan.py --competition`` measures it against real peaks), and it refuses only what cannot
         fit; running out later is still the machine's refusal (exit 3)."""
         parameters = n_params * 4
-        state = (self.networks * STATE_COPIES + self.kept) * parameters
         members = self.members * (MEMBER_COPIES * parameters + MEMBER_OVERHEAD_BYTES)
         schedule = self.schedule_steps * BYTES_PER_SCHEDULE_STEP
-        training = self.networks * self.rows * costs.training
         chunk = self.networks * min(n_test, EVAL_CHUNK) * costs.evaluation
         outputs = self.networks * n_test * costs.outputs * BYTES_PER_OUTPUT
+        training = (self.networks * STATE_COPIES + self.kept) * parameters + self.networks * self.rows * costs.training
+        evaluated = (self.networks + self.kept) * parameters
         average = n_test * kept_per_test_row * BYTES_PER_KEPT_PREDICTION
-        host = RUN_OVERHEAD_BYTES + members + schedule
+        draws = n_test * -(-samples // self.averaged) * BYTES_PER_KEPT_PREDICTION if self.averaged > 1 else 0
         if device_type == "cpu":
-            return Needs(host + state + max(training, average + max(chunk, outputs)))
-        return Needs(state + max(training, chunk, outputs), host + average + outputs)
+            return Needs(max(members + schedule + training, average + evaluated + max(chunk, outputs + draws)))
+        return Needs(max(training, evaluated + max(chunk, outputs)), max(members + schedule, average + outputs + draws))
 
     def bytes(self, n_params: int, costs: RowCosts = RowCosts(), n_test: int = 0, kept_per_test_row: int = 0) -> int:
         """What :meth:`needs` counts for a run on the CPU, in bytes."""
@@ -441,7 +443,7 @@ def data_on(device: torch.device, problem: "Problem") -> int:
     """Bytes of the task's data the run has already put on ``device`` when it is planned (:func:`bench.runner.metered`
     moves the training and test sets there first): 0 on the CPU, where they are the task's own arrays."""
     x = problem.x_test
-    if device.type == "cpu" or x.device != device:
+    if device.type == "cpu" or x.device.type != device.type or device.index not in (None, x.device.index):
         return 0
     row = x[0].numel() * x.element_size() if x.shape[0] else 0
     return (x.shape[0] + problem.n_train) * row + problem.n_train * 8  # labels: at most 8 bytes each
@@ -454,7 +456,7 @@ def memory_needs(approximator: "Approximator", budget: float, problem: "Problem"
     n_test, device = problem.x_test.shape[0], problem.device
     n_params = sum(p.numel() for p in problem.model_factory().parameters())
     footprint = approximator.footprint(budget, problem.n_train)
-    counts = ("networks", "schedule_steps", "kept", "members", "rows")
+    counts = ("networks", "schedule_steps", "kept", "members", "rows", "averaged")
     if type(footprint) is not Footprint or not all(
             type(getattr(footprint, count)) is int and getattr(footprint, count) >= 0 for count in counts):
         from approximators.boundary import method_fault
@@ -463,8 +465,9 @@ def memory_needs(approximator: "Approximator", budget: float, problem: "Problem"
                                          f"whole numbers >= 0 ({', '.join(counts)}); got {shown(footprint)}")
     costs = activations_per_row(problem.model_factory, problem.x_test[:PROBE_ROWS], footprint.networks,
                                 device.type)
-    kept = problem.n_classes if problem.kind == "classification" else problem.n_predictive_samples
-    return footprint, n_params, footprint.needs(n_params, costs, n_test, kept or 0, device.type)
+    samples = 0 if problem.kind == "classification" else problem.n_predictive_samples
+    kept = problem.n_classes if problem.kind == "classification" else samples
+    return footprint, n_params, footprint.needs(n_params, costs, n_test, kept or 0, device.type, samples)
 
 
 def check_footprint(approximator: "Approximator", budget: float, problem: "Problem") -> None:

@@ -75,7 +75,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -95,6 +95,7 @@ from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood
+from bench.memory import release_freed_memory
 
 STRUCTURES = ("diagonal", "last-layer-full", "last-layer-kron")
 PREDICTIVES = ("sampling", "glm", "probit")
@@ -469,7 +470,9 @@ class Laplace(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         self.plan(budget)  # a budget the rule cannot use is refused when the run is planned, before training
-        return super().footprint(budget, n_train)
+        # The predictive averages its draws, but for the probit's closed form.
+        averaged = self.config.samples if self.config.predictive != "probit" else 0
+        return replace(super().footprint(budget, n_train), averaged=averaged)
 
     def plan(self, budget: float) -> int:
         """MAP epochs, or a one-line error."""
@@ -525,6 +528,7 @@ def features_on_test_inputs(problem: Problem, model: StackedModel,
     on the test inputs, from one pass over them (charged as one test pass), for parameters ``(1, D)``."""
     x = problem.x_test
     network = LastLayerFeatures(model, theta)
+    release_freed_memory()  # what training freed, before the test rows' larger chunks are allocated
     with torch.no_grad():
         outputs, features = zip(*(network(x[i:i + EVAL_CHUNK]) for i in range(0, x.shape[0], EVAL_CHUNK)))
     problem.meter.record_test_pass(x.shape[0], x.shape[0])

@@ -67,7 +67,7 @@ class DeepEnsemble(Approximator):
         members = self.n_members()
         self.epochs_per_member(budget)  # a budget too small is refused when the run is planned
         return Footprint(members, steps_for(budget / members, n_train, self.config.batch_size), what="member",
-                         members=members, rows=min(self.config.batch_size, n_train))
+                         members=members, rows=min(self.config.batch_size, n_train), averaged=members)
 
     def epochs_per_member(self, budget: float) -> int:
         """Each member's whole epochs of ``budget``, or a one-line error."""

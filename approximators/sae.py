@@ -134,10 +134,10 @@ class SequentialAnchoredEnsemble(Approximator):
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         c = self.config
-        chains, _ = allocation(budget, c.first_epochs, c.sequential_epochs, c.chains, c.members_per_chain)
+        chains, members = allocation(budget, c.first_epochs, c.sequential_epochs, c.chains, c.members_per_chain)
         return Footprint(chains if c.vectorise else 1,
                          steps_for(max(c.first_epochs, c.sequential_epochs), n_train, c.batch_size), what="chain",
-                         members=chains, rows=min(c.batch_size, n_train))
+                         members=chains, rows=min(c.batch_size, n_train), averaged=chains * members)
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

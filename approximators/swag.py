@@ -217,8 +217,7 @@ class SWAG(Approximator):
         c = self.config
         self.plan(budget, engine.steps_per_epoch(n_train, c.batch_size))  # too few snapshots: refused when planned
         return Footprint(c.runs, steps_for(budget / c.runs, n_train, c.batch_size), kept=c.runs * (c.rank + 2),
-                         what="run", members=c.runs,
-                         rows=min(c.batch_size, n_train))
+                         what="run", members=c.runs, rows=min(c.batch_size, n_train), averaged=c.runs * c.samples)
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -92,13 +92,18 @@ class _Gaussian(Likelihood):
         z = (targets - mean) / std
         return -0.5 * z.square() - torch.log(std) - 0.5 * math.log(2 * math.pi)
 
-    def sample(self, outputs: torch.Tensor, n_samples: int, generator: torch.Generator) -> torch.Tensor:
-        """Draws from p(y | f(x)): outputs ``(N, n_outputs)`` -> samples ``(N, n_samples)``."""
+    def sample(self, outputs: torch.Tensor, n_samples: int, generator: torch.Generator,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """Draws from p(y | f(x)): outputs ``(N, n_outputs)`` -> samples ``(N, n_samples)``, written into ``out`` when
+        given (a contiguous ``(N, n_samples)`` CPU tensor of the outputs' type: no other array of that size is made).
+        The draws are mean + std * noise computed in place on the noise, bit for bit the same as out of place."""
         mean, std = self.mean_and_std(outputs)
-        noise = torch.randn(
-            (mean.shape[0], n_samples), generator=generator, dtype=mean.dtype, device="cpu"
-        ).to(mean.device)
-        return mean.unsqueeze(-1) + std.unsqueeze(-1) * noise
+        shape = (mean.shape[0], n_samples)
+        if out is None:
+            noise = torch.randn(shape, generator=generator, dtype=mean.dtype, device="cpu").to(mean.device)
+        else:
+            noise = torch.randn(shape, generator=generator, dtype=mean.dtype, out=out)
+        return noise.mul_(std.unsqueeze(-1)).add_(mean.unsqueeze(-1))
 
 
 @dataclass(frozen=True)

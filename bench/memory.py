@@ -1,10 +1,12 @@
-"""How much memory this process may still allocate on the CPU, and whether it ran out: read from Linux (``/proc``,
-the control groups, ``getrlimit``); elsewhere the machine's physical memory, with no other limit known.
+"""How much memory this process may still allocate, and whether it ran out. On the CPU: read from Linux (``/proc``,
+the control groups, ``getrlimit``); elsewhere the machine's physical memory, with no other limit known. On a GPU:
+from the counts PyTorch reports (:func:`gpu_room`, given them by :func:`approximators.base.device_memory`).
 
 Three things bound what a process may allocate: the machine's physical memory, its address-space limit
 (``ulimit -v``, ``RLIMIT_AS``, which counts every mapping, the libraries' too) and its control group's memory limit
 (a container's, a Slurm job's). The memory plan (:func:`approximators.base.check_footprint`) compares a run's
-needs with the least of what each leaves.
+needs with the least of what each leaves; on a GPU, what the run holds there with what the device leaves it, and what
+it holds on the host with what these three leave.
 
 This module imports neither torch nor numpy.
 """
@@ -12,6 +14,8 @@ This module imports neither torch nor numpy.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 from dataclasses import dataclass
 
@@ -111,3 +115,39 @@ def address_space_exhausted() -> bool:
     """Whether this process's address space came within :data:`EXHAUSTED_MARGIN` of its limit at its peak."""
     limit, peak = address_space_limit(), _status_kib("VmPeak")
     return limit is not None and peak is not None and peak >= limit - EXHAUSTED_MARGIN
+
+
+def gpu_room(device: str, free: int, total: int, reserved: int, allocated: int, fraction: float) -> Room:
+    """What this process may still allocate on the GPU ``device`` (its name, as a line shows it): the least of what
+    is free on it (``free``, the driver's count, ``torch.cuda.mem_get_info``) with what PyTorch's caching allocator
+    has reserved and not allocated (``reserved - allocated``: the process reuses it) and, when
+    ``torch.cuda.set_per_process_memory_fraction`` gave the process a share ``fraction`` < 1 of the device's
+    ``total``, that share less what it has allocated."""
+    rooms = [Room(free + max(reserved - allocated, 0), f"free on {device}")]
+    if fraction < 1:
+        rooms.append(Room(max(int(fraction * total) - allocated, 0),
+                          f"that this process's share of {device} leaves (torch.cuda.set_per_process_memory_fraction("
+                          f"{fraction:g}) of its {total / 2**30:,.1f} GiB)"))
+    return min(rooms, key=lambda r: r.bytes)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL(None).malloc_trim
+    return None
+
+
+def release_freed_memory() -> None:
+    """Gives back to the system the memory the C allocator keeps of blocks already freed (glibc's ``malloc_trim(0)``,
+    a few milliseconds; nothing where there is none), before a run evaluates its predictive. A training step's
+    tensors are smaller than the size above which glibc maps a block apart (and unmaps it when it is freed), so they
+    are freed into its heap, which keeps their pages; the predictive's larger chunks are then mapped beside them, and
+    a run's resident peak was its training's and its predictive's together, where the memory plan
+    (:func:`approximators.base.memory_needs`) counts the larger of the two: ``sgd`` on ``cifar10`` (ResNet-20, its
+    official sizes) held 950 MiB of freed training memory when its predictive began, and its peak fell from 2,572 to
+    2,167 MiB with it given back (``benchmarks/memory_plan.py --competition``)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

@@ -54,7 +54,8 @@ class BootstrapEnsemble(Approximator):
     def footprint(self, budget: float, n_train: int) -> Footprint:
         # The members train together; the learning-rate schedule is computed step by step, never stored.
         return Footprint(networks=self.config.members, schedule_steps=0, what="member",
-                         members=self.config.members, rows=min(self.config.batch_size, n_train))
+                         members=self.config.members, rows=min(self.config.batch_size, n_train),
+                         averaged=self.config.members)
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         members, n_train, batch_size = self.config.members, problem.n_train, self.config.batch_size
