@@ -1,8 +1,8 @@
 """Every benchmark script runs (issue 48, item 6): each with the smallest arguments that still exercise its work, in
 a process of its own as a user runs it, exits 0 with a result on standard output and nothing on standard error
 that a traceback would leave. (``--help`` alone once passed a script whose parser could not be built.) Scripts
-with tests of their own: cross_cpu_round_off, floor_calibration (its kept results), memory_plan, nuts_crosscheck and hmc_speed (the NumPyro ones need
-the crosscheck extra)."""
+with tests of their own: cross_cpu_round_off, floor_calibration (its kept results), memory_plan, resume_check,
+nuts_crosscheck and hmc_speed (the NumPyro ones need the crosscheck extra)."""
 
 from __future__ import annotations
 
@@ -81,5 +81,6 @@ def test_gate_calibration_runs_against_a_baseline_of_its_own(tmp_path):
 def test_every_script_is_run_by_a_test():
     """A new script gets its smoke test: here, or in a test of its own."""
     scripts = {path.stem for path in (ROOT / "benchmarks").glob("*.py") if "__main__" in path.read_text()}
-    own = {"cross_cpu_round_off", "memory_plan", "nuts_crosscheck", "hmc_speed", "gate_calibration", "gpu_check"}
+    own = {"cross_cpu_round_off", "memory_plan", "nuts_crosscheck", "hmc_speed", "gate_calibration", "gpu_check",
+           "resume_check"}
     assert scripts - own == {_script(case) for case in RUNS}
