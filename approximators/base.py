@@ -629,17 +629,18 @@ DRAWS_BOUNDS = f"[1, {MAX_DRAWS}]"
 
 def settings_bounds(config_class: type) -> dict[str, Interval]:
     """Every numeric setting's :class:`Interval`: the ``BOUNDS`` of the config class and of its bases, where
-    each config declares the interval of each of its numeric fields."""
-    return dict(_settings_bounds(config_class))
+    each config declares the interval of each of its numeric fields (read as they are now: a ``BOUNDS`` may be
+    changed, only its texts' parsing is kept)."""
+    declared = tuple((name, text) for cls in reversed(config_class.__mro__)
+                     for name, text in vars(cls).get("BOUNDS", {}).items())
+    return dict(_parsed_bounds(declared))
 
 
 @functools.lru_cache(maxsize=256)
-def _settings_bounds(config_class: type) -> dict[str, Interval]:
-    """:func:`settings_bounds`, parsed once per class (a board reads thousands of records of a dozen classes)."""
-    bounds: dict[str, Interval] = {}
-    for cls in reversed(config_class.__mro__):
-        bounds.update({name: Interval(text) for name, text in vars(cls).get("BOUNDS", {}).items()})
-    return bounds
+def _parsed_bounds(declared: tuple[tuple[str, str], ...]) -> dict[str, Interval]:
+    """The intervals of ``(name, text)`` pairs, later ones overriding, parsed once per declaration (a board reads
+    thousands of records of a dozen classes)."""
+    return {name: Interval(text) for name, text in declared}
 
 
 def settings_choices(config_class: type) -> dict[str, tuple[str, ...]]:

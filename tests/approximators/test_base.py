@@ -223,3 +223,13 @@ def test_a_run_with_its_resolved_settings_is_the_same_run(method, budget, settin
     chosen = fit("toy-gap", method, budget, seed=4, settings=asked.resolved)
     assert chosen.resolved == asked.resolved
     assert (chosen.predictive == asked.predictive).all() and chosen.report == asked.report
+
+
+def test_settings_bounds_read_a_changed_bounds_after_an_earlier_read(monkeypatch):
+    """Only the texts' parsing is cached: a BOUNDS changed after a first read (a test, a plugin) is what counts."""
+    from approximators.base import settings_bounds
+    from approximators.sae import SAEConfig
+
+    assert settings_bounds(SAEConfig)["seq_lr"].text == "(0, inf)"
+    monkeypatch.setitem(SAEConfig.BOUNDS, "seq_lr", "[0, inf)")
+    assert settings_bounds(SAEConfig)["seq_lr"].text == "[0, inf)"
