@@ -72,7 +72,10 @@ def test_a_stopped_run_resumes_bit_for_bit(method, task, tmp_path, monkeypatch):
     torch.set_num_threads(1)
     whole, total = _steps_of(tmp_path, task, method, monkeypatch)
     assert total >= 3
-    for stop in sorted({total // 3, 2 * total // 3, total - 1}):  # early, late, and the last step before the end
+    # early, late, and the last step before the end on the classification task; late alone on the regression one,
+    # which holds the suite's time (its samples drawn from each member's predictive are restored the same way)
+    stops = {total // 3, 2 * total // 3, total - 1} if task == "digits" else {2 * total // 3}
+    for stop in sorted(stops):
         spec = _spec(tmp_path / f"stopped-{stop}", task, method, every=3600.0)
         resumed = _stopped_then_resumed(spec, stop, monkeypatch)
         assert resumed["predictions_sha256"] == whole["predictions_sha256"], (method, task, stop)
