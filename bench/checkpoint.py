@@ -261,16 +261,16 @@ class Tape:
 
     # -- inside ----------------------------------------------------------------------------------------------
     def _alive(self) -> list:
-        return [obj for obj in (ref() for ref in self._tracked)]
+        """Every tracked object by its registration's index, None where it is gone."""
+        return [ref() for ref in self._tracked]
 
     def _point(self, engine_state: dict) -> dict:
         """The resume point now: the call's state (``engine_state``, captured by the engine), a copy of every tracked
         object alive, the meter's counts."""
-        point = {"call": self._calls - 1, "engine": engine_state,
-                 "tracked": {str(i): capture(obj) for i, obj in enumerate(self._alive()) if obj is not None},
-                 "meter": self.meter.counts(), "epochs_used": self.meter.epochs_used,
-                 "wall_seconds": self.wall_before + (self._clock() - self._started)}
-        return point
+        return {"call": self._calls - 1, "engine": engine_state,
+                "tracked": {str(i): capture(obj) for i, obj in enumerate(self._alive()) if obj is not None},
+                "meter": self.meter.counts(), "epochs_used": self.meter.epochs_used,
+                "wall_seconds": self.wall_before + (self._clock() - self._started)}
 
     def _store(self, point: dict) -> Path:
         self.kept_path = self._write(point)

@@ -16,4 +16,4 @@ record or baseline can claim (a budget of 10^6 epochs would train for hours)."""
 
 DEFAULT_EVERY_SECONDS = 300.0
 """How often a run writes its checkpoint by default (``--checkpoint-every``): a preempted run loses at most five
-minutes; writing one costs well under 2% of that on every competition model (``benchmarks/checkpoint_cost.py``)."""
+minutes; writing one costs well under 2% of that on every competition model (``benchmarks/resume_check.py``)."""
