@@ -43,9 +43,11 @@ def _command(method: str, budget: float, out: Path) -> list[str]:
             "--out", str(out), "--quiet", "--checkpoint-every", "1h"]
 
 
-def _timed(command: list[str], stop_after: float | None = None) -> tuple[float, float, int, str]:
+def _timed(command: list[str], stop_after: float | None = None,
+           folder: Path | None = None) -> tuple[float, float, int, str]:
     """Seconds from start to end, CPU seconds, the exit code and standard error of ``command``, stopped by SIGTERM
-    after ``stop_after`` seconds when given. The CPU seconds (user and system, of the process and what it waited for)
+    after ``stop_after`` seconds when given, and at least a second after its run holds ``folder`` (its run trains:
+    on a busy machine its start may take longer than the whole run took before). The CPU seconds (user and system, of the process and what it waited for)
     are what a shared machine disturbs least: one thread computes the same whatever else runs."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -53,8 +55,12 @@ def _timed(command: list[str], stop_after: float | None = None) -> tuple[float, 
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         if stop_after is not None:
+            deadline = started + WAIT_SECONDS
+            while folder is not None and not (folder / records.LOCK).exists() and process.poll() is None \
+                    and time.perf_counter() < deadline:
+                time.sleep(0.05)
             try:
-                process.wait(timeout=stop_after)
+                process.wait(timeout=max(stop_after - (time.perf_counter() - started), 1.0))
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=WAIT_SECONDS)
@@ -73,7 +79,8 @@ def resume_row(method: str, budget: float, root: Path) -> dict:
     if code != 0:
         raise RuntimeError(f"{method}: the uninterrupted run failed: {err.strip().splitlines()[-1:]}")
     stopped = root / "stopped"
-    _, _, code, err = _timed(_command(method, budget, stopped), stop_after=whole_wall / 2)
+    _, _, code, err = _timed(_command(method, budget, stopped), stop_after=whole_wall / 2,
+                             folder=records.run_folder(stopped, "digits", method, budget, 0))
     if code != 143:
         raise RuntimeError(f"{method}: the run stopped half way ended with {code}, not 143: {err.strip()[-300:]}")
     resumed_wall, resumed_cpu, code, err = _timed(_command(method, budget, stopped))
