@@ -27,6 +27,21 @@ BREAKAGES = {
 }
 
 
+FAKED = ("ray", "pandas", "jax", "numpyro", "ot")
+
+
+@pytest.fixture(autouse=True)
+def _fakes_leave_no_module_behind():
+    """A fake package a test imported is gone from ``sys.modules`` after it: monkeypatch undoes only the entries it
+    removed, and a fake ``jax`` left behind breaks every later scipy call in the worker (scipy looks for
+    ``jax.Array`` on any ``jax`` module it finds)."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in FAKED:
+            del sys.modules[name]
+
+
 def _broken(tmp_path, monkeypatch, module: str, body: str) -> None:
     """``module`` installed as a package whose import runs ``body`` (and fails)."""
     folder = tmp_path / "site" / module.split(".")[0]
@@ -105,7 +120,7 @@ def test_a_broken_jax_is_one_line_for_the_hmc_timing(tmp_path, monkeypatch, caps
     _one_line(code, err, EXIT_ENVIRONMENT, "jax", "fails to import", "crosscheck")
 
 
-@pytest.mark.parametrize("module", ["ray", "pandas", "jax", "numpyro", "ot"])
+@pytest.mark.parametrize("module", FAKED)
 def test_a_missing_optional_dependency_stays_exit_2_naming_its_extra(monkeypatch, module):
     monkeypatch.setitem(sys.modules, module, None)  # what `import` meets when it is not installed
     code, err = _described(lambda: optional.load(module, "this"))
