@@ -56,10 +56,14 @@ def _add_list(parser, *flags: str, **kwargs) -> None:
     parser.add_argument(*flags, nargs="+", action="extend", **kwargs)
 
 
+# What a seeded run's exact reproduction needs (bench.runner.NUMERICS), for every --threads help that promises it.
+REPRODUCES_EXACTLY = ("a seeded run reproduces exactly only with the same --threads on the same CPU kind (model and "
+                      "torch's kernels for it), library versions and device")
+
+
 def _add_threads(parser, help: str = f"torch threads (default {DEFAULT_THREADS}, whatever OMP_NUM_THREADS says: on "
                                      f"small models more threads spin rather than help, many times slower on a busy "
-                                     f"machine); recorded in each result, and seeded runs reproduce exactly at equal "
-                                     f"--threads",
+                                     f"machine); recorded in each result: {REPRODUCES_EXACTLY}",
                  default: int | None = DEFAULT_THREADS) -> None:
     parser.add_argument("--threads", type=positive_whole, default=default, help=help)
 
@@ -134,8 +138,8 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                             "in this process)")
     sweep.add_argument("--threads", type=positive_whole, default=1,
                        help="torch threads of each run (default 1), whatever executes it: the thread count changes a "
-                            "run's round-off, so seeded runs reproduce exactly at equal --threads; --workers x "
-                            "--threads may not exceed the CPU cores")
+                            f"run's round-off, and {REPRODUCES_EXACTLY}; --workers x --threads may not exceed the CPU "
+                            "cores")
     sweep.add_argument("--ray-address", help="--executor ray: the cluster's address, e.g. 10.0.0.1:6379 (default: "
                                              "$RAY_ADDRESS, else one `ray start --head` started on this machine, else "
                                              "a new local one for this sweep)")
@@ -252,8 +256,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                              "whatever standard error is (default: verify.log in the database's folder, beside "
                              "--db)")
     _add_threads(submit, default=None, help=f"with --verify: torch threads of the re-executions (default "
-                                            f"{DEFAULT_THREADS}); a run reproduces bitwise only with the thread count "
-                                            f"it recorded, else it is compared as if from another machine")
+                                            f"{DEFAULT_THREADS}); a run is compared bitwise only with the thread count "
+                                            f"it recorded on its CPU kind, library versions and device, else as if "
+                                            f"from another machine")
     _add_cache(submit)
 
     verify = sub.add_parser("verify", help="re-execute finished runs under the meter and compare them with their "
@@ -261,8 +266,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     verify.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder or a folder of run folders")
     _add_max_epochs(verify)
     _add_threads(verify, help=f"torch threads of the re-executions (default {DEFAULT_THREADS}, whatever "
-                              f"OMP_NUM_THREADS says), named in each line; a run reproduces bitwise only with the "
-                              f"thread count it recorded, else it is compared as if from another machine")
+                              f"OMP_NUM_THREADS says), named in each line; a run is compared bitwise only with the "
+                              f"thread count it recorded on its CPU kind, library versions and device, else as if "
+                              f"from another machine")
     verify.add_argument("--quiet", action="store_true", help="no progress bars")
     verify.add_argument("--log", type=Path, metavar="FILE",
                         help="the log each re-execution (and verdict) is appended to, one line each, whatever standard "
@@ -290,7 +296,9 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="CI gate: rerun a fixed configuration and compare it with a baseline")
     check.add_argument("--baseline", type=Path, required=True, help="baseline JSON file")
     _add_max_epochs(check)
-    _add_threads(check)
+    _add_threads(check, help=f"torch threads of the runs (default {DEFAULT_THREADS}, whatever OMP_NUM_THREADS says): "
+                             f"the comparison is exact only where these, the CPU kind (model and torch's kernels for "
+                             f"it), library versions and device are the baseline's, else as on another CPU kind")
     check.add_argument("--workers", type=positive_whole, default=1,
                        help="processes measuring at once, each with --threads torch threads (default 1: in this "
                             "process); every run seeds itself, so the results are the same bits")

@@ -350,6 +350,21 @@ def test_every_list_valued_option_takes_several_values_after_one_flag_and_accumu
             if not (isinstance(action, argparse._ExtendAction) and action.nargs == "+")] == []
 
 
+def test_every_threads_help_that_promises_exact_reproduction_names_the_cpu_kind_too():
+    """Equal threads alone do not reproduce a seeded run: the CPU kind, the library versions and the device decide
+    its round-off as well (``bench.runner.NUMERICS``), so a ``--threads`` help that promises an exact or bitwise
+    result says so."""
+    from bench.cli import build_parser
+
+    helps = {" ".join(path): action.help for path, parser in _parsers(build_parser()) for action in parser._actions
+             if "--threads" in action.option_strings}
+    promising = {command: help for command, help in helps.items()
+                 if any(word in help for word in ("exact", "bitwise", "reproduc"))}
+    assert {"run", "sweep", "submit", "verify", "check"} <= promising.keys(), helps
+    assert {command: help for command, help in promising.items()
+            if not all(part in help for part in ("CPU kind", "versions", "device"))} == {}
+
+
 @pytest.mark.parametrize("argv, dest, expected", [
     (["run", "--method", "sgd", "--budget", "1", "--task", "toy-gap", "digits", "--task", "toy-gap"], "task",
      ["toy-gap", "digits", "toy-gap"]),
