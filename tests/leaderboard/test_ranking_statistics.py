@@ -7,7 +7,6 @@ themselves: a mutant that moves a p-value, an interval or a seed count without f
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest

@@ -218,3 +218,44 @@ def test_every_points_draws_that_are_not_the_stated_points_draws_are_refused():
     why = evidence.consistent_with(get_task(name), reference.array, dataclasses.replace(kept, every_point_draws=edited),
                                    reference.metadata["hmc"]["seed"])
     assert why is not None and "every test point" in why
+
+
+def _summary(chains: int, rhat: float, bulk: float, tail: float, every_point: dict | None = None) -> dict:
+    """A reference's summary as :func:`evidence.gold_standard` reads it: ``chains`` chains, these worst figures over
+    the stated points (and over every test point, where given)."""
+    summary = {"acceptance_rate_per_chain": [0.8] * chains,
+               "diagnostics": {"max_split_rhat": rhat, "min_bulk_ess": bulk, "min_tail_ess": tail}}
+    return summary if every_point is None else {**summary, "diagnostics_every_point": every_point}
+
+
+@pytest.mark.parametrize("chains", [4, 8])
+@pytest.mark.parametrize("criterion", ["max_split_rhat", "min_bulk_ess", "min_tail_ess"])
+@pytest.mark.parametrize("over", ["", evidence.EVERY_POINT])
+def test_each_gold_standard_limit_is_bracketed_per_chain(chains, criterion, over):
+    """Each criterion, over the stated points and over every test point, the others well met: R-hat just below 1.01
+    meets it and 1.01 does not; an ESS of 100 per chain (400 over 4 chains, 800 over 8) meets it and one less does
+    not, so an ESS of 101 in total (the limit taken in total, not per chain) is short."""
+    passing = {"max_split_rhat": 1.0, "min_bulk_ess": 1e4, "min_tail_ess": 1e4}
+    sides = ({"max_split_rhat": 1.0099, **{k: 100.0 * chains for k in ("min_bulk_ess", "min_tail_ess")}}[criterion],
+             {"max_split_rhat": 1.01, **{k: 100.0 * chains - 1 for k in ("min_bulk_ess", "min_tail_ess")}}[criterion],
+             {"max_split_rhat": 1.0101, **{k: 101.0 for k in ("min_bulk_ess", "min_tail_ess")}}[criterion])
+    task = get_task("toy-gap")
+    for value, met in zip(sides, (True, False, False)):
+        edited = {**passing, criterion: value}
+        summary = (_summary(chains, **_figures(edited)) if not over else
+                   _summary(chains, **_figures(passing), every_point=edited))
+        found = evidence.gold_standard(task, summary)
+        assert found[criterion + over]["met"] is met, (value, found)
+        assert all(verdict["met"] for name, verdict in found.items() if name != criterion + over), found
+
+
+def _figures(diagnostics: dict) -> dict:
+    return {"rhat": diagnostics["max_split_rhat"], "bulk": diagnostics["min_bulk_ess"],
+            "tail": diagnostics["min_tail_ess"]}
+
+
+@pytest.mark.parametrize("rhat, met", [(1.0099, True), (1.01, False)])
+def test_the_r_hat_generation_recorded_over_every_point_is_held_to_the_limit(rhat, met):
+    found = evidence.gold_standard(get_task("toy-gap"), _summary(4, 1.0, 1e4, 1e4), every_point_rhat=rhat)
+    assert found["max_split_rhat" + evidence.EVERY_POINT] == {"value": rhat, "limit": "< 1.01", "met": met,
+                                                               "recomputable": False}
