@@ -69,23 +69,31 @@ def _read_number(path: str) -> int | None:
     return None
 
 
-def _cgroup_folders() -> list[str]:
-    """The folders where this process's control group's memory files may be (v2, then v1; the group's own path
-    under the mount, and the mount itself, which is the group's inside a container)."""
+def _cgroup_folders(membership: str = "/proc/self/cgroup", mount: str = "/sys/fs/cgroup") -> list[str]:
+    """The folders where the memory files of this process's control group and of every group above it may be (v2,
+    then v1), each group before its parent: a limit binds every group below it, and a job's is often set on a group
+    above the one its process is in (Slurm's ``job_N`` above ``step_0/task_0``). The mount itself comes last: inside a
+    container it is the container's group. ``membership`` lists the groups (``/proc/self/cgroup``), ``mount`` is
+    where the hierarchies are mounted."""
     folders = []
     with contextlib.suppress(OSError):
-        with open("/proc/self/cgroup") as groups:
+        with open(membership) as groups:
             for line in groups:
                 _, controllers, path = line.rstrip("\n").split(":", 2)
                 if controllers == "":
-                    folders.append("/sys/fs/cgroup" + path.rstrip("/"))
+                    hierarchy = mount
                 elif "memory" in controllers.split(","):
-                    folders.append("/sys/fs/cgroup/memory" + path.rstrip("/"))
-    return folders + ["/sys/fs/cgroup", "/sys/fs/cgroup/memory"]
+                    hierarchy = mount + "/memory"
+                else:
+                    continue
+                parts = [part for part in path.split("/") if part]
+                folders += ["/".join([hierarchy, *parts[:depth]]) for depth in range(len(parts), 0, -1)]
+    return folders + [mount, mount + "/memory"]
 
 
 def cgroup_room() -> int | None:
-    """What this process's control group's memory limit leaves (limit less usage), None when it has no limit."""
+    """What the memory limits of this process's control group and of the groups above it leave (the least of each
+    limit less its group's usage), None when none has a limit."""
     rooms = []
     for folder in _cgroup_folders():
         for limit_file, usage_file in (("memory.max", "memory.current"),

@@ -102,6 +102,35 @@ def test_a_control_group_s_limit_is_read_from_either_version(tmp_path, monkeypat
     assert memory.cgroup_room() == expected
 
 
+GiB = 2**30
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+@pytest.mark.parametrize("parent_usage, expected", [(2 * GiB, 3 * GiB), (63 * GiB, GiB)],
+                         ids=["the-job-binds", "the-parent-binds"])
+def test_the_control_group_room_is_the_least_over_the_group_and_every_group_above_it(tmp_path, monkeypatch, version,
+                                                                                    parent_usage, expected):
+    """Issue 66, blind spot 2: a process in ``task_0`` (no limit) under ``step_0`` (8 GiB, 7 left), a 4 GiB job (3
+    left) and a 64 GiB parent: the room is the least of the three, which is neither the first nor the largest; the
+    largest would plan a 4 GiB job with 62 GiB of room."""
+    mount = tmp_path / "cgroup"
+    hierarchy, limit, usage = (mount, "memory.max", "memory.current") if version == "v2" else \
+        (mount / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes")
+    groups = {"parent": (64 * GiB, parent_usage), "parent/job_7": (4 * GiB, GiB),
+              "parent/job_7/step_0": (8 * GiB, GiB), "parent/job_7/step_0/task_0": (None, GiB)}
+    for group, (most, used) in groups.items():
+        (hierarchy / group).mkdir(parents=True)
+        (hierarchy / group / limit).write_text("max\n" if most is None else f"{most}\n")
+        (hierarchy / group / usage).write_text(f"{used}\n")
+    membership = tmp_path / "cgroup-membership"
+    membership.write_text("0::/parent/job_7/step_0/task_0\n" if version == "v2" else
+                          "7:cpu,cpuacct:/elsewhere\n4:memory:/parent/job_7/step_0/task_0\n")
+    folders = memory._cgroup_folders(str(membership), str(mount))
+    assert folders[:4] == [str(hierarchy / group) for group in reversed(groups)], "each group before its parent"
+    monkeypatch.setattr(memory, "_cgroup_folders", lambda: folders)
+    assert memory.cgroup_room() == expected
+
+
 def test_members_are_built_into_their_stack_one_module_at_a_time():
     """Issue 49, kind 11: a million members were a million modules alive at once before they were stacked, memory
     the plan did not count. The stack is what stacking every module gives, bit for bit."""
@@ -232,6 +261,25 @@ def test_on_a_gpu_the_plan_splits_what_lives_on_the_device_from_what_lives_on_th
     assert gpu.host == max(members + 100 * approximators_base.BYTES_PER_SCHEDULE_STEP, 20_000 * 10 * 8 + outputs)
     assert (cpu.host, cpu.device) == (0, footprint.bytes(10_000, costs, 20_000, 10))
     assert max(gpu.device, gpu.host) < cpu.device < gpu.device + gpu.host, "on the CPU the phases share one memory"
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+@pytest.mark.parametrize("rows, outputs_per_row, binding", [(1, 10, "evaluation"), (1, 1, "evaluation"),
+                                                            (10_000, 10, "training")],
+                         ids=["evaluation-outputs-bind", "evaluation-chunk-binds", "training-binds"])
+def test_the_plan_is_the_larger_of_training_and_the_predictive_s_evaluation_whichever_binds(device_type, rows,
+                                                                                            outputs_per_row, binding):
+    """Issue 66, blind spot 2: on every embedded task the predictive's evaluation is the larger phase (a plan without
+    it counted 4 to 9 times too little), and within it the members' outputs or a chunk's activations, whichever is
+    larger; on a minibatch of 10,000 rows training is. Each phase is computed by hand."""
+    costs = approximators_base.RowCosts(training=1000, evaluation=500, outputs=outputs_per_row)
+    footprint = Footprint(2, 0, kept=3, rows=rows)
+    parameters = 10_000 * 4
+    training = (2 * approximators_base.STATE_COPIES + 3) * parameters + 2 * rows * 1000
+    evaluation = (2 + 3) * parameters + max(2 * approximators_base.EVAL_CHUNK * 500,
+                                            2 * 20_000 * outputs_per_row * approximators_base.BYTES_PER_OUTPUT)
+    assert (evaluation > training) == (binding == "evaluation")
+    assert footprint.needs(10_000, costs, 20_000, 0, device_type).device == max(training, evaluation)
 
 
 def test_a_regression_predictive_of_several_members_counts_a_member_s_draws():
