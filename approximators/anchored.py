@@ -34,9 +34,9 @@ import torch
 
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
                                 member_generators, next_seed, steps_for)
+from approximators.refusals import budget_refusal, settings_that_lower
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
 from bench.functional import StackedModel
 
 
@@ -88,9 +88,14 @@ class AnchoredEnsemble(Approximator):
         """How many members of ``epochs`` epochs the budget trains, or a one-line error before any work."""
         members = math.floor(budget / self.config.epochs + 1e-9)
         if members < 1:
-            raise BudgetExhausted(
-                f"ae: a budget of {budget:g} epochs is too small for one member of {self.config.epochs} epochs")
+            raise budget_refusal("ae", budget, f"is too small for one member of {self.config.epochs} epochs",
+                                 self.smallest_budget(), settings_that_lower(
+                                     self, type(self).smallest_budget, {"epochs": 1}))
         return members
+
+    def smallest_budget(self) -> int:
+        """One member's epochs."""
+        return self.config.epochs
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         c, members = self.config, self.members(budget)

@@ -54,11 +54,12 @@ import torch
 
 from approximators import engine
 from approximators.base import Approximator, Footprint, PredictiveAccumulator, Problem, steps_for
+from approximators.refusals import budget_refusal, least_epochs, settings_that_lower
 from approximators.sgld import chain_generators
 from approximators.training import Members
 from approximators.updates import SGHMC, SGLD
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
+from bench.limits import MAX_BUDGET_EPOCHS
 
 FORMS = ("sghmc", "sgld")
 EPOCHS_PER_CYCLE = 50
@@ -123,21 +124,39 @@ class CyclicalSGMCMC(Approximator):
     TASK_DEFAULTS = CYCLICAL_DEFAULTS
     check_budget = 50.0  # one cycle of the authors' length
 
+    def chain_plan(self, epochs: int) -> tuple[int, int, str | None]:
+        """(cycles M, epochs per cycle L, why a chain of ``epochs`` epochs cannot run them, or None)."""
+        c = self.config
+        cycles = c.cycles or max(1, round(epochs / EPOCHS_PER_CYCLE))
+        length = epochs // cycles
+        first_sample = length - c.samples_per_cycle  # 0-based epoch of the cycle whose end is the first sample
+        if length < 1:
+            return cycles, length, f"too few for {cycles} cycles"
+        if first_sample < 0 or first_sample + 1 <= c.exploration * length + 1e-9:
+            # the budget sets the cycle's length (with the settings' cycles, or one per 50)
+            return cycles, length, (f"cycles of {length} epochs, in whose sampling stage (after {c.exploration:g} of "
+                                    f"the cycle) {c.samples_per_cycle} samples per cycle do not all fall")
+        return cycles, length, None
+
+    def smallest_budget(self) -> int | None:
+        """Chains of the fewest epochs whose cycles hold every sample in their sampling stage. Where the rule chooses
+        the cycles (one per 50 epochs), a chain of up to 100 epochs meets every cycle length a longer one can (at most
+        74 epochs, at 74: from 75 on there are 2 or more cycles, of at most 62), so none beyond it holds them if none
+        up to it does."""
+        epochs = least_epochs(lambda epochs: self.chain_plan(epochs)[2] is None,
+                              up_to=MAX_BUDGET_EPOCHS if self.config.cycles else 2 * EPOCHS_PER_CYCLE)
+        return None if epochs is None else self.config.chains * epochs
+
     def plan(self, budget: float) -> tuple[int, int]:
         """(cycles M, epochs per cycle L) or a one-line error."""
         c = self.config
         epochs = math.floor(budget / c.chains + 1e-9)
-        cycles = c.cycles or max(1, round(epochs / EPOCHS_PER_CYCLE))
-        length = epochs // cycles
-        if length < 1:
-            raise BudgetExhausted(f"csgmcmc: a budget of {budget:g} epochs gives {c.chains} chain(s) of {epochs} "
-                                  f"epochs, too few for {cycles} cycles")
-        first_sample = length - c.samples_per_cycle  # 0-based epoch of the cycle whose end is the first sample
-        if first_sample < 0 or first_sample + 1 <= c.exploration * length + 1e-9:
-            raise BudgetExhausted(  # the budget sets the cycle's length (with the settings' cycles, or one per 50)
-                f"csgmcmc: {c.samples_per_cycle} samples per cycle of {length} epochs do not all fall in the "
-                f"sampling stage (after {c.exploration:g} of the cycle); lower samples_per_cycle or exploration, "
-                f"or raise the budget")
+        cycles, length, why = self.chain_plan(epochs)
+        if why:
+            raise budget_refusal("csgmcmc", budget, f"gives {c.chains} chain(s) of {epochs} epochs, {why}",
+                                 self.smallest_budget(), settings_that_lower(
+                                     self, type(self).smallest_budget,
+                                     {"chains": 1, "cycles": 1, "samples_per_cycle": 1, "exploration": 0.0}))
         return cycles, length
 
     def resolved(self, problem: Problem) -> CyclicalConfig:

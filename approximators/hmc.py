@@ -57,6 +57,7 @@ import torch
 
 from approximators.base import (EVAL_CHUNK, Approximator, Footprint, PredictiveAccumulator, Problem,
                                 member_generators, next_seed)
+from approximators.refusals import budget_refusal, settings_that_lower
 from bench import checkpoint
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted, ConfigError, SamplerStuck
@@ -170,16 +171,27 @@ class BudgetedHMC(Approximator):
             raise ConfigError(f"hmc: trajectory_length sets the trajectory only with leapfrog_steps=0 (got "
                               f"leapfrog_steps={c.leapfrog_steps}); set one of the two")
         if budget < 2 * c.chains:
-            raise BudgetExhausted(f"hmc: a budget of {budget:g} epochs leaves {c.chains} chain(s) no leapfrog step "
-                                  f"after their initial gradients (at least {2 * c.chains} epochs)")
+            raise self._refusal(budget, f"leaves {c.chains} chain(s) no leapfrog step after their initial gradients")
+        if c.leapfrog_steps and math.floor(budget + 1e-9) < self.smallest_budget():
+            raise self._refusal(budget, f"could end before a sample: {c.chains} chain(s) of up to "
+                                        f"{math.ceil(c.leapfrog_steps * (1 + c.jitter))} leapfrog steps per iteration, "
+                                        f"burn_in={c.burn_in:g}")
+
+    def _refusal(self, budget: float, why: str) -> BudgetExhausted:
+        least_asking = {"chains": 1, "jitter": 0.0, "burn_in": 0.0, **({"leapfrog_steps": 1}
+                                                                         if self.config.leapfrog_steps else {})}
+        return budget_refusal("hmc", budget, why, self.smallest_budget(),
+                              settings_that_lower(self, type(self).smallest_budget, least_asking))
+
+    def smallest_budget(self) -> int:
+        """What :meth:`check_budget_rule` asks (its docstring derives it): a leapfrog step per chain after the
+        initial gradients, and with ``leapfrog_steps`` fixed, a sample certain before the budget ends."""
+        c = self.config
+        least = 2 * c.chains
         if c.leapfrog_steps:
             iteration = c.chains * math.ceil(c.leapfrog_steps * (1 + c.jitter))
-            least = max(c.chains + 2 * iteration, math.ceil(2 * iteration / (1 - c.burn_in) - 1e-9))
-            if math.floor(budget + 1e-9) < least:
-                raise BudgetExhausted(
-                    f"hmc: a budget of {budget:g} epochs could end before a sample: {c.chains} chain(s) of up to "
-                    f"{iteration // c.chains} leapfrog steps per iteration, burn_in={c.burn_in:g}, need at least "
-                    f"{least} epochs")
+            least = max(least, c.chains + 2 * iteration, math.ceil(2 * iteration / (1 - c.burn_in) - 1e-9))
+        return least
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -89,16 +89,20 @@ from approximators.base import (DRAWS_BOUNDS, EVAL_CHUNK, Approximator, Footprin
                                 epochs_unspent, member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
 from approximators.per_example import PER_EXAMPLE_VALUES, recorded_mlp_forward
+from approximators.refusals import budget_refusal
 from approximators.training import AdamConfig, Members, schedule_of, train_members
 from bench import checkpoint
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import ConfigError
 from bench.functional import StackedModel
 from bench.likelihoods import Categorical, FixedNoiseGaussian, HeteroscedasticGaussian, Likelihood
 from bench.memory import release_freed_memory
 
 STRUCTURES = ("diagonal", "last-layer-full", "last-layer-kron")
 PREDICTIVES = ("sampling", "glm", "probit")
+
+CURVATURE_EPOCHS = 1
+"""The epoch of the budget the curvature's pass over the training set costs, after the MAP training."""
 
 MAP_GRADIENT_TOLERANCE = 1.0
 """The largest ratio r = |grad U(theta*)| / |theta* / v| at which the MAP counts as converged (U the negative log
@@ -476,11 +480,16 @@ class Laplace(Approximator):
 
     def plan(self, budget: float) -> int:
         """MAP epochs, or a one-line error."""
-        map_epochs = math.floor(budget + 1e-9) - 1
+        map_epochs = math.floor(budget + 1e-9) - CURVATURE_EPOCHS
         if map_epochs < 1:
-            raise BudgetExhausted(f"laplace: a budget of {budget:g} epochs leaves no epoch of MAP training before the "
-                                  f"curvature epoch; give at least 2")
+            raise budget_refusal("laplace", budget, "leaves no epoch of MAP training before the curvature epoch",
+                                 self.smallest_budget(), [])
         return map_epochs
+
+    @staticmethod
+    def smallest_budget() -> int:
+        """One epoch of MAP training, then the curvature's."""
+        return 1 + CURVATURE_EPOCHS
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -26,6 +26,7 @@ import torch
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent, member_seeds,
                                 steps_for)
+from approximators.refusals import budget_refusal, settings_that_lower
 from approximators.training import AdamConfig, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
 from bench.errors import BudgetExhausted
@@ -76,10 +77,14 @@ class DeepEnsemble(Approximator):
             raise BudgetExhausted(f"{self.name}: members must be at least 1, got {members}")
         epochs = math.floor(budget / members + 1e-9)
         if epochs < 1:
-            raise BudgetExhausted(
-                f"{self.name}: a budget of {budget:g} epochs is too small for {members} members of at least one "
-                f"epoch each")
+            raise budget_refusal(self.name, budget, f"is too small for {members} members of at least one epoch each",
+                                 self.smallest_budget(), settings_that_lower(
+                                     self, type(self).smallest_budget, {"members": 1} if hasattr(self.config, "members") else {}))
         return epochs
+
+    def smallest_budget(self) -> int:
+        """One epoch per member."""
+        return self.n_members()
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         members = self.n_members()

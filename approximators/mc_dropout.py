@@ -46,13 +46,14 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from approximators.base import (DRAWS_BOUNDS, Approximator, PredictiveAccumulator, Problem, epochs_unspent,
+from approximators.base import (DRAWS_BOUNDS, Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
                                 member_generators, next_seed)
 from approximators.map import MAP_DEFAULTS
+from approximators.refusals import budget_refusal
 from approximators.training import AdamConfig, Members, schedule_of, train_members
 from bench import checkpoint
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted, ConfigError
+from bench.errors import ConfigError
 from bench.functional import StackedModel
 
 SITES = {"toy-gap": "2", "diabetes-gap": "2", "digits": "2", "uci-gap": "2",
@@ -141,6 +142,10 @@ class MCDropout(Approximator):
     def architecture_change(cls, config: MCDropoutConfig) -> str | None:
         return f"dropout (rate {config.rate:g}) on the inputs of layers {config.sites}"
 
+    def footprint(self, budget: float, n_train: int) -> Footprint:
+        self.plan(budget)  # a budget the rule cannot use is refused when the run is planned, before training
+        return super().footprint(budget, n_train)
+
     def plan(self, budget: float) -> tuple[int, list[str]]:
         """(epochs, dropout sites) or a one-line error."""
         c = self.config
@@ -149,9 +154,14 @@ class MCDropout(Approximator):
             raise ConfigError("mc-dropout: no dropout sites for this task (a task of one's own has none by default); "
                               "name the layers whose inputs are dropped with --set sites=a,b")
         epochs = math.floor(budget + 1e-9)
-        if epochs < 1:
-            raise BudgetExhausted(f"mc-dropout: a budget of {budget:g} epochs is less than one epoch")
+        if epochs < self.smallest_budget():
+            raise budget_refusal("mc-dropout", budget, "is less than one epoch", self.smallest_budget(), [])
         return epochs, sites
+
+    @staticmethod
+    def smallest_budget() -> int:
+        """One epoch of training."""
+        return 1
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -49,11 +49,11 @@ from approximators.base import (SCHEDULE_WOULD_RISE, DRAWS_BOUNDS, Approximator,
                                 mean_field_predictive, next_seed)
 from approximators.engine import Objective
 from approximators.map import MAP_DEFAULTS
+from approximators.refusals import LEAST_FRACTION, budget_refusal, least_epochs, settings_that_lower
 from approximators.sgld import chain_generators
 from approximators.training import Members, schedule_of, train_members
 from approximators.updates import Adam, NoiseStream, cosine_schedule
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
 
 
 TUNED = {"toy-gap": dict(lr=0.03, init_std=0.001), "diabetes-gap": dict(lr=0.03, init_std=0.01),
@@ -197,13 +197,21 @@ class MFVI(Approximator):
 
     def plan(self, budget: float) -> tuple[int, int]:
         """(MAP epochs, VI epochs) or a one-line error."""
-        c = self.config
         total = math.floor(budget + 1e-9)
-        map_epochs = max(1, round(c.map_fraction * total))
+        map_epochs = self.map_epochs(total)
         if total - map_epochs < 1:
-            raise BudgetExhausted(f"mfvi: a budget of {budget:g} epochs leaves no epoch of VI after {map_epochs} "
-                                  f"of MAP")
+            raise budget_refusal("mfvi", budget, f"leaves no epoch of VI after {map_epochs} of MAP",
+                                 self.smallest_budget(), settings_that_lower(
+                                     self, type(self).smallest_budget, {"map_fraction": LEAST_FRACTION}))
         return map_epochs, total - map_epochs
+
+    def map_epochs(self, total: int) -> int:
+        """The MAP phase's epochs of ``total``: at least one."""
+        return max(1, round(self.config.map_fraction * total))
+
+    def smallest_budget(self) -> int | None:
+        """The fewest epochs that leave one of VI after the MAP phase."""
+        return least_epochs(lambda total: total - self.map_epochs(total) >= 1)
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -44,9 +44,9 @@ from approximators import guided_walk
 from approximators.anchored import FIRST_MEMBER_DEFAULTS
 from approximators.base import (SCHEDULE_WOULD_RISE, Approximator, Footprint, PredictiveAccumulator, Problem,
                                 epochs_unspent, member_generators, next_seed, steps_for)
+from approximators.refusals import budget_refusal, least_epochs
 from approximators.training import AdamConfig, ValidationSplit, initial_members, schedule_of, train_members
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
 from bench.functional import StackedModel
 
 
@@ -100,20 +100,54 @@ _SEQUENTIAL.update({"toy-gap": _SEQUENTIAL["uci-gap"], "diabetes-gap": _SEQUENTI
 SAE_DEFAULTS = {task: {**FIRST_MEMBER_DEFAULTS[task], **seq} for task, seq in _SEQUENTIAL.items()}
 
 
+def _chains_members(budget: float, first_epochs: int, sequential_epochs: int, chains: int,
+                    members_per_chain: int) -> tuple[int, int]:
+    """(chains C, members per chain M) the rule chooses for a budget, before it is checked (M at least 1)."""
+    c = chains or max(1, round(math.sqrt(budget / first_epochs)))
+    m = members_per_chain or max(1, 1 + math.floor((budget - c * first_epochs) / (c * sequential_epochs) + 1e-9))
+    return c, m
+
+
+def _epochs_needed(c: int, m: int, first_epochs: int, sequential_epochs: int) -> int:
+    """The epochs of C chains of M members: each a first member, then M - 1 sequential ones."""
+    return c * (first_epochs + (m - 1) * sequential_epochs)
+
+
+def smallest_budget(first_epochs: int, sequential_epochs: int, chains: int = 0, members_per_chain: int = 0) -> int:
+    """The smallest budget :func:`allocation` accepts with these settings: one first member per chain (at least one
+    chain), and the members per chain where the settings fix them. Where the budget chooses the chains, they grow
+    with it (about sqrt(budget / first_epochs)), so fixed members per chain may need a larger budget still."""
+    least = _epochs_needed(chains or 1, members_per_chain or 1, first_epochs, sequential_epochs)
+    if chains:
+        return least
+    return least_epochs(lambda budget: _epochs_needed(
+        *_chains_members(budget, first_epochs, sequential_epochs, 0, members_per_chain),
+        first_epochs, sequential_epochs) <= budget, start=least)
+
+
+def _lowering(first_epochs: int, sequential_epochs: int, chains: int, members_per_chain: int) -> list[str]:
+    """The settings whose change alone (to 1, what asks least of the budget) lowers :func:`smallest_budget`."""
+    settings = dict(first_epochs=first_epochs, sequential_epochs=sequential_epochs, chains=chains,
+                    members_per_chain=members_per_chain)
+    now = smallest_budget(**settings)
+    return [name for name in ("first_epochs", "chains", "members_per_chain", "sequential_epochs")
+            if smallest_budget(**{**settings, name: 1}) < now]
+
+
 def allocation(budget: float, first_epochs: int, sequential_epochs: int,
                chains: int = 0, members_per_chain: int = 0) -> tuple[int, int]:
     """(chains C, members per chain M) for a budget; nonzero arguments override the rule."""
-    c = chains or max(1, round(math.sqrt(budget / first_epochs)))
+    c, m = _chains_members(budget, first_epochs, sequential_epochs, chains, members_per_chain)
     if c * first_epochs > budget + 1e-9:
-        raise BudgetExhausted(
-            f"sae: a budget of {budget:g} epochs is too small for {c} chain(s) whose first member "
-            f"trains {first_epochs} epochs")
-    m = members_per_chain or 1 + math.floor((budget - c * first_epochs) / (c * sequential_epochs) + 1e-9)
-    if c * (first_epochs + (m - 1) * sequential_epochs) > budget + 1e-9:
-        raise BudgetExhausted(
-            f"sae: {c} chain(s) of {m} members need {c * (first_epochs + (m - 1) * sequential_epochs)} "
-            f"epochs, more than the budget of {budget:g}")
-    return c, m
+        why = f"is too small for {c} chain(s) whose first member trains {first_epochs} epochs"
+    elif _epochs_needed(c, m, first_epochs, sequential_epochs) > budget + 1e-9:
+        why = (f"is too small for {c} chain(s) of {m} members, which need "
+               f"{_epochs_needed(c, m, first_epochs, sequential_epochs)} epochs")
+    else:
+        return c, m
+    raise budget_refusal("sae", budget, why, smallest_budget(first_epochs, sequential_epochs, chains,
+                                                            members_per_chain),
+                         _lowering(first_epochs, sequential_epochs, chains, members_per_chain))
 
 
 class SequentialAnchoredEnsemble(Approximator):

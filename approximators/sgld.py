@@ -45,11 +45,11 @@ import torch
 from approximators import engine
 from approximators.base import (Approximator, Footprint, PredictiveAccumulator, Problem, epochs_unspent,
                                 member_generators, next_seed, steps_for)
+from approximators.refusals import budget_refusal, least_epochs, settings_that_lower
 from approximators.training import Members
 from approximators.updates import SGLD
 from bench import checkpoint
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
 
 SCHEDULES = ("polynomial", "constant")
 
@@ -120,12 +120,22 @@ class StochasticGradientLangevin(Approximator):
         """(epochs per chain, burn-in epochs, samples per chain) or a one-line error."""
         c = self.config
         epochs = math.floor(budget / c.chains + 1e-9)
-        burn_in = round(c.burn_in * epochs)
-        samples = (epochs - burn_in) // c.thin
+        burn_in, samples = self.chain_plan(epochs)
         if epochs < 1 or samples < 1:
-            raise BudgetExhausted(f"sgld: a budget of {budget:g} epochs leaves {c.chains} chain(s) of {epochs} "
-                                  f"epochs no sample after burn-in with thinning {c.thin}")
+            raise budget_refusal("sgld", budget, f"leaves {c.chains} chain(s) of {epochs} epochs no sample after "
+                                 f"burn-in with thinning {c.thin}", self.smallest_budget(), settings_that_lower(
+                                     self, type(self).smallest_budget, {"chains": 1, "burn_in": 0.0, "thin": 1}))
         return epochs, burn_in, samples
+
+    def chain_plan(self, epochs: int) -> tuple[int, int]:
+        """(burn-in epochs, samples) of a chain of ``epochs`` epochs."""
+        burn_in = round(self.config.burn_in * epochs)
+        return burn_in, (epochs - burn_in) // self.config.thin
+
+    def smallest_budget(self) -> int | None:
+        """Chains of the fewest epochs that keep a sample each."""
+        epochs = least_epochs(lambda epochs: self.chain_plan(epochs)[1] >= 1)
+        return None if epochs is None else self.config.chains * epochs
 
     def footprint(self, budget: float, n_train: int) -> Footprint:
         epochs, _, _ = self.plan(budget)

@@ -61,14 +61,17 @@ import torch
 from approximators import engine
 from approximators.base import (SCHEDULE_WOULD_RISE, DRAWS_BOUNDS, Approximator, Footprint,
                                 PredictiveAccumulator, Problem, epochs_unspent, member_generators, steps_for)
+from approximators.refusals import LEAST_FRACTION, budget_refusal, least_epochs, settings_that_lower
 from approximators.training import Members
 from approximators.updates import SGD
 from bench import checkpoint
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
 
 VARIANCE_FLOOR = 1e-30
 """The authors' clamp of the diagonal variance (``var_clamp``)."""
+
+MIN_SNAPSHOTS = 2
+"""The fewest snapshots a run's SWAG posterior is estimated from: one has no deviation from the mean."""
 
 MAX_RANK = 1000
 """The most deviations a SWAG run keeps (``rank``, 20 by default as in the paper): the buffer of ``rank`` deviations
@@ -200,17 +203,27 @@ class SWAG(Approximator):
         c = self.config
         return dataclasses.replace(c, collect_every=self.period(engine.steps_per_epoch(problem.n_train, c.batch_size)))
 
+    def run_plan(self, epochs: int, steps_in_epoch: int) -> tuple[int, int]:
+        """(first-phase epochs, snapshots) of one run of ``epochs`` epochs."""
+        first = max(1, round(self.config.swa_start * epochs))
+        return first, max(0, (epochs - first) * steps_in_epoch // self.period(steps_in_epoch))
+
+    def smallest_budget(self, steps_in_epoch: int) -> int | None:
+        """Runs of the fewest epochs that give each :data:`MIN_SNAPSHOTS` snapshots."""
+        epochs = least_epochs(lambda epochs: self.run_plan(epochs, steps_in_epoch)[1] >= MIN_SNAPSHOTS)
+        return None if epochs is None else self.config.runs * epochs
+
     def plan(self, budget: float, steps_in_epoch: int) -> tuple[int, int, int]:
         """(epochs per run, first-phase epochs, snapshots per run) for a budget, or a one-line error."""
         c = self.config
         epochs = math.floor(budget / c.runs + 1e-9)
-        first = max(1, round(c.swa_start * epochs))
-        period = self.period(steps_in_epoch)
-        snapshots = (epochs - first) * steps_in_epoch // period
-        if snapshots < 2:
-            raise BudgetExhausted(
-                f"{self.name}: a budget of {budget:g} epochs gives {c.runs} run(s) of {epochs} epochs, "
-                f"{max(snapshots, 0)} SWAG snapshot(s) after the first {first}; at least 2 are needed")
+        first, snapshots = self.run_plan(epochs, steps_in_epoch)
+        if snapshots < MIN_SNAPSHOTS:
+            raise budget_refusal(
+                self.name, budget, f"gives {c.runs} run(s) of {epochs} epochs, {snapshots} SWAG snapshot(s) after the "
+                f"first {first}; at least {MIN_SNAPSHOTS} are needed", self.smallest_budget(steps_in_epoch),
+                settings_that_lower(self, lambda swag: swag.smallest_budget(steps_in_epoch),
+                                    {"runs": 1, "swa_start": LEAST_FRACTION, "collect_every": 1}))
         return epochs, first, snapshots
 
     def footprint(self, budget: float, n_train: int) -> Footprint:

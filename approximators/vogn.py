@@ -68,11 +68,11 @@ from approximators import engine
 from approximators.base import DRAWS_BOUNDS, Approximator, Footprint, Problem, epochs_unspent, mean_field_predictive
 from approximators.engine import Objective
 from approximators.per_example import gradient_moments
+from approximators.refusals import budget_refusal, settings_that_lower
 from approximators.sgld import chain_generators
 from approximators.training import Members
 from approximators.updates import NoiseStream
 from bench.budget import MeteredData
-from bench.errors import BudgetExhausted
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,11 @@ class VOGNConfig:
         "samples": DRAWS_BOUNDS,
     }
     """Each numeric setting's interval (checked before any work: :func:`approximators.base.check_settings`)."""
+
+
+STATED_DECIMALS = 4
+"""The decimals a refusal states the smallest budget with (rounded up, so that the stated budget runs): the
+initialisation minibatch makes it a fraction (B / N epochs on top of whole ones)."""
 
 
 VOGN_DEFAULTS = {
@@ -207,11 +212,23 @@ class VOGN(Approximator):
     def plan(self, budget: float, n_train: int) -> int:
         """Epochs trained after the initialisation minibatch (each costing ``mc_samples`` epochs), or a one-line error."""
         c = self.config
-        epochs = math.floor((budget - min(c.batch_size, n_train) / n_train) / c.mc_samples + 1e-9)
+        epochs = math.floor((budget - self.initialisation(n_train)) / c.mc_samples + 1e-9)
         if epochs < 1:
-            raise BudgetExhausted(f"vogn: a budget of {budget:g} epochs leaves no whole epoch of {c.mc_samples} MC "
-                                  f"sample(s) after the initialisation minibatch")
+            raise budget_refusal("vogn", budget, f"leaves no whole epoch of {c.mc_samples} MC sample(s) after the "
+                                 f"initialisation minibatch", self.smallest_budget(n_train),
+                                 settings_that_lower(self, lambda vogn: vogn.smallest_budget(n_train),
+                                                     {"mc_samples": 1}))
         return epochs
+
+    def initialisation(self, n_train: int) -> float:
+        """The epochs the initialisation minibatch costs: its rows over the training set's."""
+        return min(self.config.batch_size, n_train) / n_train
+
+    def smallest_budget(self, n_train: int) -> float:
+        """One epoch of ``mc_samples`` samples after the initialisation minibatch, rounded up to
+        :data:`STATED_DECIMALS` decimals so that the budget stated is one that runs."""
+        exact = self.config.mc_samples + self.initialisation(n_train)
+        return math.ceil(exact * 10**STATED_DECIMALS - 1e-6) / 10**STATED_DECIMALS
 
     def fit(self, problem: Problem, data: MeteredData, generator: torch.Generator) -> None:
         c = self.config

@@ -158,7 +158,8 @@ def test_piped_stderr_holds_only_the_error_line():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr == ("error: sae: a budget of 10 epochs is too small for 1 chain(s) whose first member "
-                           "trains 100 epochs\n")
+                           "trains 100 epochs; the smallest budget that runs with these settings is 100; a lower --set "
+                           "first_epochs=... needs less\n")
 
 
 @pytest.mark.parametrize("args, message", [
