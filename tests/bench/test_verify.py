@@ -386,3 +386,77 @@ def test_a_record_named_twice_or_copied_counts_once_in_the_test_of_its_configura
     assert _group_line(one_seed_twice, native, limits, {}, 10, "regression") == ""
     moved = [(0, {("all", "w2"): 9.0}), (0, {("all", "w2"): 9.0}), (1, {("all", "w2"): 10.0})]
     assert "the 2 seeds' records' mean w2 on all" in _group_line(moved, native, limits, {}, 10, "regression")
+
+
+# --- the statistical judgement's thresholds, bracketed (numbers alone: bench.verify.judged) --------------------------
+
+SIZES = {"all": 1000, "clean": 300}
+SPREADS = {"agreement": (0.9, 0.02), "total_variation": (0.1, 0.01)}
+"""Each classification metric's mean and seed standard deviation over the seeds re-executed here (far above round-off,
+bench.drift, so that the seeds' spread decides)."""
+STANDARD = np.array([-0.05, 0.05, 1.0, -1.0, 2.0, -2.0, 1.5, -1.5, 0.5, -0.5])
+STANDARD = STANDARD / STANDARD.std(ddof=1)
+"""Ten seeds' deviations with mean 0 and sample standard deviation 1; seeds 0 and 1 next to the mean."""
+
+
+def _native() -> dict[int, dict]:
+    """Ten seeds of a digits-like configuration re-executed here, on 2 blocks x 2 primary metrics (4 keys)."""
+    return {seed: {(block, metric): mean + std * STANDARD[seed] for block in SIZES
+                   for metric, (mean, std) in SPREADS.items()} for seed in range(10)}
+
+
+def _quantile(keys: int) -> float:
+    import scipy.stats
+
+    return float(scipy.stats.t.ppf(1 - 0.01 / (2 * keys), 9))  # CROSS_CPU_LEVEL, Bonferroni over the keys
+
+
+@pytest.mark.parametrize("key", [(block, metric) for block in SIZES for metric in SPREADS])
+@pytest.mark.parametrize("side, passed", [(0.99, True), (1.01, False)])
+def test_a_records_prediction_interval_is_bonferronis_over_every_metric_on_each_side(key, side, passed):
+    """A record claiming a metric (each of the 4, on each block) 0.99 x its prediction interval's half-width from the
+    seeds' mean (t at 9 degrees of freedom, 1% / (2 x 4 metrics), x sqrt(1 + 1/10)) is one of its configuration's runs,
+    at 1.01 x it is not; the interval without its Bonferroni division is a third narrower."""
+    from bench.verify import judged
+
+    native = _native()
+    claimed = {k: float(np.mean([native[seed][k] for seed in native])) for k in native[0]}
+    claimed[key] += side * _quantile(4) * SPREADS[key[1]][1] * np.sqrt(1 + 1 / 10)
+    mode, [judgement] = judged([(0, claimed)], native, None, SIZES, "classification")
+    assert mode == "cross-environment, statistical against 10 re-executed seeds"
+    assert judgement.passed is passed, judgement.detail
+    assert passed or f"{key[1]} on {key[0]} recorded" in judgement.detail
+
+
+@pytest.mark.parametrize("key", [(block, metric) for block in SIZES for metric in SPREADS])
+@pytest.mark.parametrize("side, passed", [(0.99, True), (1.01, False)])
+def test_the_test_of_a_configurations_mean_is_bonferronis_over_every_primary_metric_on_each_side(key, side, passed):
+    """Two records (seeds 0 and 1, next to the seeds' mean), each well within its prediction interval, both shifted on
+    one metric by 0.99 x and 1.01 x what the test of their mean allows (t at 9 degrees of freedom, 1% / (2 x 4 primary
+    metrics), x the seeds' spread x sqrt(2 / 2 records)): the first pair is the configuration's, the second not."""
+    from bench.verify import judged
+
+    native = _native()
+    shift = side * _quantile(4) * SPREADS[key[1]][1]
+    claims = [(seed, {k: value + (shift if k == key else 0.0) for k, value in native[seed].items()}) for seed in (0, 1)]
+    assert all(abs(c[key] - np.mean([native[s][key] for s in native])) < _quantile(4) * SPREADS[key[1]][1] * np.sqrt(
+        1.1) for _, c in claims), "each record alone is within its prediction interval"
+    _, judgements = judged(claims, native, None, SIZES, "classification")
+    assert [j.passed for j in judgements] == [passed, passed], judgements[0].detail
+    assert passed or f"the 2 seeds' records' mean {key[1]} on {key[0]}" in judgements[0].detail
+
+
+@pytest.mark.parametrize("side, passed", [(0.99, True), (1.01, False)])
+def test_a_metric_held_to_the_other_kernels_drift_is_held_to_ten_times_it_on_each_side(side, passed):
+    """Where another CPU kind's kernels move a metric by m over the seeds, and 10 m is inside the prediction interval,
+    the record is held to its own seed's re-execution within 10 m: 0.99 x it passes, 1.01 x it is refused."""
+    from bench import drift
+    from bench.verify import judged
+
+    native = _native()
+    moved = {key: 1e-3 for key in native[0]}
+    claimed = dict(native[0])
+    claimed[("clean", "total_variation")] += side * drift.OTHER_KERNELS_FACTOR * 1e-3
+    _, [judgement] = judged([(0, claimed)], native, moved, SIZES, "classification")
+    assert judgement.passed is passed, judgement.detail
+    assert "4 of 4 metrics held to 10 x the most" in judgement.detail
