@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import io
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -339,3 +340,82 @@ def test_what_the_method_warned_of_its_run_is_stored_with_the_row(tmp_path, db_p
     code, _, err = run_cli("submit", str(tmp_path / "runs"))
     assert code == 0, err
     assert {r.seed: r.warnings for r in stored_rows(db_path)} == {0: (), 1: ("the MAP has not converged",)}
+
+
+@functools.lru_cache(maxsize=None)
+def _scored(task_name: str) -> dict:
+    """What the validator recomputes of a run of ``task_name`` whose predictive is the reference's blurred by 0.2:
+    every metric on the whole test set and on each block."""
+    from bench.tasks import get_task
+    from reference.store import load_reference
+    from tests.leaderboard.conftest import blurred_predictions
+
+    task = get_task(task_name)
+    return submission.scored(task, load_reference(task), blurred_predictions(task_name, 0.2))
+
+
+def _claims(scored: dict) -> dict:
+    """A record claiming exactly ``scored`` (a copy: the test edits it)."""
+    return {"metrics": dict(scored["all"]),
+            "metrics_by_block": {block: dict(values) for block, values in scored.items() if block != "all"}}
+
+
+def _claimed_block(record: dict, block: str) -> dict:
+    return record["metrics"] if block == "all" else record["metrics_by_block"][block]
+
+
+@pytest.mark.parametrize("task_name", ["digits", "toy-gap"])
+def test_every_metric_of_every_block_is_held_to_the_recomputed_value_on_each_side_of_the_tolerance(task_name):
+    """Each claimed metric, on the whole test set and on every block (not only the first: a digits record claiming
+    agreement 1.0 on clean was verified while the tests edited blur, which sorts first), is refused 1.1 x the tolerance
+    from the recomputed value and accepted 0.9 x it (absolute plus relative: 1e-9 x (1 + |value|)); each is named with
+    its block."""
+    scored = _scored(task_name)
+    submission.check_scored_claims(_claims(scored), scored, "r.json")
+    for block, values in scored.items():
+        for metric, value in values.items():
+            reach = 1e-9 * (1 + abs(value))  # the tolerance docs/leaderboard.md states
+            for side, refused in ((0.9, False), (1.1, True), (-1.1, True)):
+                record = _claims(scored)
+                _claimed_block(record, block)[metric] = value + side * reach
+                where = "metrics" if block == "all" else f"metrics_by_block[{block!r}]"
+                if refused:
+                    with pytest.raises(submission.SubmissionError, match=rf"r.json {re.escape(where)}: claims "
+                                                                         rf"{metric} = "):
+                        submission.check_scored_claims(record, scored, "r.json")
+                else:
+                    submission.check_scored_claims(record, scored, "r.json")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda claims, block, metric: claims.pop(metric), "metrics do not match the recomputed set (missing [{metric!r}]"),
+    (lambda claims, block, metric: claims.update(extra=0.5), "metrics do not match the recomputed set (missing [], "
+                                                             "unexpected ['extra'])"),
+    (lambda claims, block, metric: claims.update({metric: float("nan")}), "{metric} = nan is not a finite number"),
+    (lambda claims, block, metric: claims.update({metric: "0.5"}), "{metric} = '0.5' is not a finite number"),
+])
+def test_a_missing_extra_or_non_numeric_metric_is_refused_on_every_block(edit, message):
+    scored = _scored("digits")
+    for block, values in scored.items():
+        for metric in values:
+            record = _claims(scored)
+            edit(_claimed_block(record, block), block, metric)
+            with pytest.raises(submission.SubmissionError, match=re.escape(message.format(metric=metric))):
+                submission.check_scored_claims(record, scored, "r.json")
+
+
+@pytest.mark.parametrize("change, message", [("drop", "metrics_by_block has blocks"), ("add", "metrics_by_block has "
+                                                                                              "blocks"),
+                                             ("not an object", "is not an object")])
+def test_a_block_missing_added_or_not_an_object_is_refused(change, message):
+    scored = _scored("digits")
+    for block in [b for b in scored if b != "all"]:
+        record = _claims(scored)
+        if change == "drop":
+            del record["metrics_by_block"][block]
+        elif change == "add":
+            record["metrics_by_block"][block + "-2"] = dict(scored[block])
+        else:
+            record["metrics_by_block"][block] = [1.0]
+        with pytest.raises(submission.SubmissionError, match=re.escape(message)):
+            submission.check_scored_claims(record, scored, "r.json")
