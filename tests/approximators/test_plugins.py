@@ -177,9 +177,26 @@ def test_a_count_beyond_64_bits_is_one_line(tmp_path, run_cli, setting, message)
     assert len(err) < 300
 
 
-def test_verify_compares_a_module_method_s_network_change_with_its_re_execution(tmp_path, run_cli, monkeypatch):
-    """The validator cannot ask a method that is not bdl-bench's how its settings change the network (its code runs
-    only where it is re-executed): verify compares the recorded change with the re-execution's."""
+COST_AND_SETTINGS_CLAIMS = {
+    "epochs_used": (lambda record: {"epochs_used": record["epochs_used"] - 1},
+                    lambda record: f"epochs_used {record['epochs_used'] - 1:g} recorded, {record['epochs_used']:g} "
+                                   "re-executed"),
+    "test_passes": (lambda record: {"test_passes": record["test_passes"] + 1},
+                    lambda record: f"test_passes {record['test_passes'] + 1:g} recorded, {record['test_passes']:g} "
+                                   "re-executed"),
+    "architecture_change": (lambda record: {"architecture_change": "relu->tanh"},
+                            lambda record: "architecture_change 'relu->tanh' recorded, None re-executed"),
+    "resolved": (lambda record: {"resolved": {**record["resolved"], "batch_size": record["resolved"]["batch_size"] + 1}},
+                 lambda record: "resolved settings batch_size: "),
+}
+"""What a record of a method that is not bdl-bench's claims of its run that only its re-execution can check (the
+validator cannot plan such a method's cost or settings), each edited alone, and what verify's line says of it."""
+
+
+def test_verify_compares_every_cost_and_setting_a_module_method_claims_with_its_re_execution(tmp_path, run_cli,
+                                                                                           monkeypatch):
+    """Each claim alone (verify once ignored test_passes: the tests edited epochs_used only) is NOT VERIFIED, with a
+    line naming it; the unedited record verifies."""
     (tmp_path / "loose_methods.py").write_text(MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "runs"
@@ -187,7 +204,9 @@ def test_verify_compares_a_module_method_s_network_change_with_its_re_execution(
                    "--quiet")[0] == 0
     folder = records.run_folder(out, "toy-gap", "twins", 2, 0)
     record = json.loads((folder / records.RESULT).read_text())
-    (folder / records.RESULT).write_text(json.dumps({**record, "architecture_change": "relu->tanh"}))
-    code, out_text, _ = run_cli("verify", folder, "--method", "loose_methods:Twins")
-    assert code == 1 and "NOT VERIFIED" in out_text
-    assert "architecture_change 'relu->tanh' recorded, None re-executed" in out_text
+    for claim, (edit, said) in COST_AND_SETTINGS_CLAIMS.items():
+        (folder / records.RESULT).write_text(json.dumps({**record, **edit(record)}))
+        code, out_text, err = run_cli("verify", folder, "--method", "loose_methods:Twins")
+        assert code == 1 and "NOT VERIFIED" in out_text and said(record) in out_text, (claim, out_text, err)
+    (folder / records.RESULT).write_text(json.dumps(record))
+    assert run_cli("verify", folder, "--method", "loose_methods:Twins")[0] == 0
