@@ -238,6 +238,7 @@ def _digits_reference_sha():
     (lambda r: {"metrics": {k: v for k, v in r["metrics"].items() if k != "w2"}}, "metrics do not match"),
     (lambda r: {"reference": {**r["reference"], "sha256": _digits_reference_sha()}}, "scored against reference sha256"),
     (lambda r: {"task_fingerprint": "0" * 64}, "with other data, settings or network"),
+    (lambda r: {"task_version": r["task_version"] + 1}, "with other data, settings or network than this "),  # alone
     (lambda r: {"task": "nosuch"}, "result.json: task nosuch is not available in this installation"),
     (lambda r: {"task": "imdb"}, "result.json: the data of task imdb are not in "),  # a competition task not fetched
     # the sha256 edited after the 16 characters a line shows: the line shows all 64, so that they differ
