@@ -112,12 +112,20 @@ def manifest_text(root: Path | None = None) -> str:
 
 
 def write_manifest(root: Path | None = None) -> Path:
-    """Writes the manifest of the store at ``root`` (default :data:`FOLDER`) from its records; returns its path."""
+    """Writes the manifest of the store at ``root`` (default :data:`FOLDER`) from its records, and where the store has
+    a release record (:data:`RELEASE`), which of its records differ from the release's since; returns its path."""
     from bench.io import atomic_write_bytes
 
     root = FOLDER if root is None else root
     path = root / MANIFEST
+    release = read_release(root) if (root / RELEASE).exists() else None
+    released = released_manifest(read_manifest(root), release["remade_since"]) if release else {}
     atomic_write_bytes(path, manifest_text(root).encode(), "the shipped store's manifest")
+    if release:  # what differs from the release's manifest now: made again since
+        listed = read_manifest(root)
+        release["remade_since"] = {name: released.get(name) for name in sorted({*listed, *released})
+                                   if listed.get(name) != released.get(name)}
+        _write_release_record(root, release)
     return path
 
 
@@ -138,6 +146,103 @@ def read_manifest(root: Path) -> dict[str, str]:
             raise DamagedFile(f"{path}: line {number} is not `<sha256>  <path>` of a record listed once")
         listed[match[2]] = match[1]
     return listed
+
+
+RELEASE = "RELEASE.json"
+"""The release the store belongs to, in its folder: ``release`` and ``released`` (the version and its day, as
+CHANGELOG.md and CITATION.cff name them), ``manifest_sha256`` (the sha256 of the store's manifest as that release
+shipped it, :func:`manifest_digest`) and ``remade_since`` (each record made again, added or removed since the
+release: its path and the sha256 it had in the release, null where the release had none). Records keep the version
+that made them (a release's own name its ``.dev0``, the code it was made with before the version was set); this
+file says which release they shipped in. A release writes it (:func:`write_release`, docs/releasing.md) and every
+manifest written since keeps ``remade_since`` current (:func:`write_manifest`); :func:`read_release` checks that the
+two rebuild the release's manifest."""
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def manifest_digest(listed: dict[str, str]) -> str:
+    """The sha256 of a manifest's lines (``<sha256>  <path>``, sorted by path) for ``listed``, sha256 by record path."""
+    text = "".join(f"{listed[path]}  {path}\n" for path in sorted(listed))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def released_manifest(listed: dict[str, str], remade_since: dict[str, str | None]) -> dict[str, str]:
+    """The manifest the release shipped: the store's now (``listed``), each record made again since at the sha256 it
+    had then, without those the release did not have."""
+    return {path: sha256 for path, sha256 in {**listed, **remade_since}.items() if sha256 is not None}
+
+
+def read_release(root: Path | None = None) -> dict:
+    """The store's release record (:data:`RELEASE`) at ``root`` (default :data:`FOLDER`), checked: its fields, and
+    that with the store's manifest it rebuilds the manifest the release shipped. A missing, damaged or inconsistent
+    one is one :class:`~bench.errors.DamagedFile` line."""
+    root = FOLDER if root is None else root
+    path = root / RELEASE
+    try:
+        release = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DamagedFile(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise DamagedFile(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    remade = release.get("remade_since") if isinstance(release, dict) else None
+    if not (isinstance(release, dict) and set(release) == {"release", "released", "manifest_sha256", "remade_since"}
+            and isinstance(release["release"], str) and isinstance(release["released"], str)
+            and _DAY.fullmatch(release["released"]) and isinstance(release["manifest_sha256"], str)
+            and _SHA256.fullmatch(release["manifest_sha256"]) and isinstance(remade, dict)
+            and all(sha256 is None or (isinstance(sha256, str) and _SHA256.fullmatch(sha256))
+                    for sha256 in remade.values())):
+        raise DamagedFile(f"{path}: not a store's release record (release, released YYYY-MM-DD, manifest_sha256, "
+                          f"remade_since: path -> sha256 or null)")
+    if manifest_digest(released_manifest(read_manifest(root), remade)) != release["manifest_sha256"]:
+        raise DamagedFile(f"{path}: the store's manifest ({root / MANIFEST}) and its remade_since do not rebuild the "
+                          f"manifest release {release['release']} shipped; {REPAIR}")
+    return release
+
+
+def write_release(version: str, released: str, root: Path | None = None) -> Path:
+    """Writes the store's release record (:data:`RELEASE`) for release ``version`` of day ``released``: the store
+    as it is, its manifest current, is the release's (nothing remade since). Returns its path."""
+    if not _DAY.fullmatch(released):
+        raise BenchError(f"the release's day must be YYYY-MM-DD, got {released!r}")
+    root = FOLDER if root is None else root
+    return _write_release_record(root, {"release": version, "released": released,
+                                        "manifest_sha256": manifest_digest(read_manifest(root)), "remade_since": {}})
+
+
+def _write_release_record(root: Path, release: dict) -> Path:
+    from bench.io import atomic_write_bytes
+
+    path = root / RELEASE
+    atomic_write_bytes(path, (json.dumps(release, indent=2, sort_keys=True) + "\n").encode(),
+                       "the shipped store's release record")
+    return path
+
+
+def release_text(root: Path | None = None) -> str:
+    """Which release the store (``root``, default :data:`FOLDER`) belongs to, and what was made again since, with the
+    versions the records of each part name: one sentence of docs/leaderboard.md's account of the store (none for a
+    store no release has named yet)."""
+    root = FOLDER if root is None else root
+    if not (root / RELEASE).exists():
+        return ""
+    release, listed = read_release(root), read_manifest(root)
+    remade = release["remade_since"]
+
+    def versions(paths) -> str:
+        named = sorted({json.loads((root / path).read_text())["environment"]["bdl-bench"] for path in paths})
+        return " and ".join(named)
+
+    kept = [path for path in listed if path not in remade]
+    since = [path for path in listed if path in remade]
+    text = (f"The store is the one bdl-bench {release['release']} shipped (released {release['released']}; "
+            f"`leaderboard/shipped/{RELEASE}`), its records made by {versions(kept)} (each names the version that "
+            f"made it)")
+    if not since:
+        return text + ".\n"
+    methods = sorted({path.split("/")[1] for path in since})
+    return text + (f", but for {len(since)} of its {len(listed)} records made again since, by {versions(since)} "
+                   f"({', '.join(methods)}).\n")
 
 
 REPAIR = ("it is part of the installed bdl-bench, not yours: reinstall bdl-bench, or in a checkout restore the "
@@ -369,7 +474,8 @@ def store_summary(root: Path | None = None) -> str:
                        for sweep, found in seeds.items() if found)
     return (f"```\n{commands}\n```\n\n{sum(map(len, seeds.values()))} runs ({counts}), {size / 1e6:.1f} MB of "
             f"records, made in {seconds / 60:.0f} minutes of one core by the records' `wall_seconds` ({seconds_at_largest / 60:.0f} of "
-            f"them at budget {max(BUDGETS):g}), on {' and '.join(sorted(cpus))} (each run on one torch thread).\n")
+            f"them at budget {max(BUDGETS):g}), on {' and '.join(sorted(cpus))} (each run on one torch thread).\n"
+            f"{release_text(root)}")
 
 
 SEPARATION_BUDGETS = SWEEPS[-1].budgets
@@ -429,10 +535,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-manifest", action="store_true",
                         help=f"write the store's manifest ({MANIFEST}) from its records, as the sweeps do (after "
                              "deleting folders of the store, say)")
+    parser.add_argument("--write-release", nargs=2, metavar=("VERSION", "YYYY-MM-DD"),
+                        help=f"a release: write the store's release record ({RELEASE}), the store as it is being "
+                             "the release's (docs/releasing.md)")
     args = parser.parse_args(argv)
     try:
         if args.write_manifest:
             print(f"wrote {write_manifest()}: {len(folders())} records")
+            return 0
+        if args.write_release:
+            print(f"wrote {write_release(*args.write_release)}")
             return 0
         return _write_table(args.write)
     except (BenchError, OSError) as error:

@@ -3,15 +3,19 @@ written by the sweep that makes it) leaves out an edited or added record and nam
 that names another run is left out of the board and refused by ``submit``; no run counts twice."""
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from bench import records
+from bench.errors import DamagedFile
 from leaderboard import shipped
 
 SHIPPED_RUNS = [("toy-gap", "sgd", 10.0, 0), ("toy-gap", "sgd", 10.0, 1), ("toy-gap", "de", 10.0, 0),
                 ("toy-gap", "de", 10.0, 1), ("toy-gap", "sgd", 100.0, 1)]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -150,6 +154,62 @@ def test_the_committed_manifest_is_the_committed_store_s():
     `python -m leaderboard.shipped --write-manifest` only when the store was made again)."""
     assert (shipped.FOLDER / shipped.MANIFEST).read_text() == shipped.manifest_text(), \
         "the shipped store is not its manifest's"
+
+
+def _version(text: str) -> tuple:
+    """A version's order: 0.2.0.dev0 before 0.2.0 before 0.3.0.dev0."""
+    release, _, dev = text.partition(".dev")
+    return (*map(int, release.split(".")), int(dev) if dev else float("inf"))
+
+
+@pytest.mark.shipped_store
+def test_the_store_names_the_release_it_belongs_to_and_what_was_made_since():
+    """The committed store's release record is CITATION.cff's release, rebuilds that release's manifest, and tells
+    the records the release shipped (made by it or before it) from those made again since (by a later version)."""
+    release = shipped.read_release()
+    citation = (ROOT / "CITATION.cff").read_text()
+    assert re.search(rf"^version: {re.escape(release['release'])}$", citation, flags=re.M)
+    assert re.search(rf"^date-released: {release['released']}$", citation, flags=re.M)
+    for path in shipped.read_manifest(shipped.FOLDER):
+        made_by = json.loads((shipped.FOLDER / path).read_text())["environment"]["bdl-bench"]
+        since = path in release["remade_since"]
+        assert (_version(made_by) > _version(release["release"])) == since, (path, made_by, since)
+
+
+def test_a_manifest_written_since_the_release_names_what_was_made_again_with_its_released_sha256(store):
+    """A record made again, one added and one removed since the release are named with the sha256 each had in the
+    release (null: the release had none), so the release's manifest rebuilds; one made again as it was released is
+    no longer named."""
+    shipped.write_release("1.0.0", "2027-01-02", store)
+    released = shipped.read_manifest(store)
+    assert shipped.read_release(store)["remade_since"] == {}
+    remade, original = _folder(store) / records.RESULT, (_folder(store) / records.RESULT).read_bytes()
+    _edited(store)
+    added, removed = _added(store), _deleted(store)
+    shipped.write_manifest(store)
+    names = {"edited": "toy-gap/sgd/budget-10/seed-0/result.json", "added": "toy-gap/sgd/budget-10/seed-2/result.json",
+             "removed": "toy-gap/sgd/budget-10/seed-1/result.json"}
+    assert (added / records.RESULT).exists() and not removed.exists()
+    assert shipped.read_release(store)["remade_since"] == {names["edited"]: released[names["edited"]],
+                                                           names["added"]: None,
+                                                           names["removed"]: released[names["removed"]]}
+    remade.write_bytes(original)
+    shipped.write_manifest(store)
+    assert set(shipped.read_release(store)["remade_since"]) == {names["added"], names["removed"]}
+
+
+@pytest.mark.parametrize("damage, line", [
+    (lambda record: record["remade_since"].update({"toy-gap/sgd/budget-10/seed-0/result.json": "0" * 64}),
+     "do not rebuild the manifest release 1.0.0 shipped"),
+    (lambda record: record.update(released="2 January 2027"), "not a store's release record"),
+])
+def test_a_release_record_that_does_not_rebuild_the_release_s_manifest_is_one_line(store, damage, line):
+    path = shipped.write_release("1.0.0", "2027-01-02", store)
+    record = json.loads(path.read_text())
+    damage(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(DamagedFile, match=re.escape(line)):
+        shipped.read_release(store)
 
 
 # --- a store a user submits -----------------------------------------------------------------------------------------
