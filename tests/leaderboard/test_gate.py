@@ -653,3 +653,44 @@ def test_a_refused_submission_leaves_another_program_s_database_untouched(tmp_pa
     assert code == 2 and "SQLite database of another program" in err, err
     assert hashlib.sha256(foreign.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("theirs")) == ["theirs.sqlite"]
+
+
+@pytest.mark.parametrize("statistical", [False, True])
+@pytest.mark.parametrize("field", ["epochs_used", "test_passes"])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_every_budget_field_of_every_seed_is_compared_exactly(statistical, field, seed):
+    """Each budget field (epochs used, test passes), on any seed, not only the first: charged otherwise by one part in
+    10^12 is a budget mismatch, in both modes, whatever the metrics say."""
+    values = [0.30, 0.31, 0.32]
+    baseline, measured = _comparison({"a": values}, {"a": values})
+    measured["a"]["digits"][seed][field] = 1.0 + 1e-12
+    report = gate.compare(baseline, measured, statistical=statistical)
+    assert [(m.seed, m.field) for m in report.budget_mismatches] == [(seed, field)] and not report.passed
+
+
+@pytest.mark.parametrize("factor, moved", [(0.9, False), (1.1, True)])
+def test_exact_mode_is_bracketed_at_its_round_off_tolerance_on_any_seed(factor, moved):
+    """Exact mode allows 1e-12 x max(1, |baseline|) on each seed: 0.9 x it on the third seed passes, 1.1 x it moves."""
+    values = [0.30, 0.31, 2.5]
+    now = [*values[:2], values[2] * (1 + factor * 1e-12)]
+    report = gate.compare(*_comparison({"a": values}, {"a": now}))
+    assert report.mode == "exact" and [m.seed for m in report.moves] == ([2] if moved else []), report.text()
+    assert report.passed is not moved
+
+
+@pytest.mark.parametrize("metric, sign", [("total_variation", 1), ("total_variation", -1), ("agreement", -1)])
+@pytest.mark.parametrize("factor, flagged", [(0.99, False), (1.01, True)])
+def test_the_test_of_means_is_bracketed_at_its_tolerance(metric, sign, factor, flagged):
+    """A primary metric's mean (each a fidelity metric, flagged either way) that moved by 0.99 x the tolerance's
+    standard errors passes, by 1.01 x it is flagged."""
+    import numpy as np
+
+    values = list(np.linspace(0.2, 0.4, 10))
+    baseline, _ = _comparison({"a": values}, {"a": values}, metric=metric)
+    stats = baseline["results"]["a"]["digits"]["all"][metric]
+    tolerance = gate.statistical_tolerance(10, 1)
+    shift = sign * factor * tolerance * gate.standard_error(stats, 10, 10)
+    _, measured = _comparison({"a": values}, {"a": [value + shift for value in values]}, metric=metric)
+    report = gate.compare(baseline, measured, statistical=True)
+    assert report.tolerance == pytest.approx(tolerance, rel=1e-12) and len(report.findings) == 1
+    assert bool(report.flagged) is flagged and report.passed is not flagged
