@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import bench
-from bench import interrupts
+from bench import descendants, interrupts
 from bench.commands import DEFAULT_THREADS, interrupted_line
 from bench.errors import (DEBUG_ENV, EXIT_CLOSED_PIPE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED, BenchError,
                           closed_pipe, describe_failure)
@@ -366,7 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     in the middle of an import fails later in its own way) is reported as the interrupt (exit 130; 143 for SIGTERM,
     which stops a command as Ctrl-C does)."""
     with interrupts.command():
-        code = _bounded(argv)
+        try:
+            code = _bounded(argv)
+        finally:  # what a user's module started as this process imported it ends with the command, named
+            descendants.end_started_by_imports("at the end of the command")
         return EXIT_TERMINATED if interrupts.termination_arrived() and code == EXIT_INTERRUPTED else code
 
 

@@ -204,10 +204,11 @@ def _serve(connection, threads: int, parent_pid: int, token: str, kernels: dict[
     ``("check", methods, cases)``: :func:`check_methods`'s; ``("call", function, args)``: :func:`called`'s), telling
     the parent which method's code it is in as it enters and leaves it (``("in", name, part)``). It leads a process
     group of its own, adopts what its method's processes orphan and marks its environment with ``token``
-    (:mod:`bench.descendants`): after each run or call, what the method started and left running is killed, with
-    a note. A ``KeyboardInterrupt`` raised here is the method's (this process receives no Ctrl-C: it is in a group
-    of its own and ignores SIGINT), and nothing it raises prints a traceback. ``kernels``: variables that choose
-    torch's kernels (:data:`OTHER_KERNELS`), set before torch loads."""
+    (:mod:`bench.descendants`): after each request, what the method started and left running is killed, with a
+    note, but for what the import of its module started, which serves all of its runs and is ended, with a note,
+    when the worker ends. A ``KeyboardInterrupt`` raised here is the method's (this process receives no Ctrl-C: it
+    is in a group of its own and ignores SIGINT), and nothing it raises prints a traceback. ``kernels``: variables
+    that choose torch's kernels (:data:`OTHER_KERNELS`), set before torch loads."""
     try:
         _serve_requests(connection, threads, parent_pid, token, _kernel_environment(kernels or {}))
     except BaseException:  # noqa: BLE001 - an interrupt or exit between requests: the parent reports the death
@@ -263,19 +264,19 @@ def _serve_requests(connection, threads: int, parent_pid: int, token: str, kerne
             outcome = Outcome(None, EXIT_METHOD, f"{who} raised KeyboardInterrupt in its {part or 'code'} (not a "
                                                  "Ctrl-C of the command's, which its process does not receive); it is "
                                                  "the method's failure, not bdl-bench's")
-        if request[0] != "check":  # what a method's import started may serve its runs; it ends with the worker
-            _say_left_behind(descendants.end_own_tree(), entered[0], "after its run")
+        _say_left_behind(descendants.end_own_tree(descendants.started_by_imports()), entered[0], "after its run")
         try:
             connection.send(outcome)
         except OSError:  # the sweep is gone
             break
+    descendants.end_started_by_imports("when its worker ended")
 
 
-def _say_left_behind(killed: list[int], name: str | None, where: str) -> None:
+def _say_left_behind(killed: list[descendants.Killed], name: str | None, where: str) -> None:
     """A note on standard error when a method's processes had to be killed."""
     if killed:
         who = f"method {terminal_text(repr(name))}" if name else "a method"
-        print(f"note: {who}: {descendants.left_behind_line(len(killed), where)}", file=sys.stderr, flush=True)
+        print(f"note: {who}: {descendants.left_behind_line(killed, where)}", file=sys.stderr, flush=True)
 
 
 STOP_SECONDS = 10.0
@@ -286,6 +287,12 @@ DIED = object()
 """What a worker's messages say when it ended without an outcome."""
 
 
+_adopting_for: set["_Worker"] = set()
+"""The workers alive for whose sake this process adopts orphans (:func:`bench.descendants.adopt_orphans`; it did not
+before the first): what a worker that died leaves becomes this process's child, which
+:func:`bench.descendants.end_tree_of` knows for one of the worker's."""
+
+
 class _Worker:
     def __init__(self, context, threads: int, kernels: dict[str, str] | None = None):
         self.connection, theirs = context.Pipe()
@@ -293,7 +300,12 @@ class _Worker:
         """What marks the environment of the worker and of every process its method starts."""
         self.process = context.Process(target=_serve, args=(theirs, threads, os.getpid(), self.token, kernels),
                                        daemon=True)
+        if _adopting_for or not descendants.adopts_orphans():  # else it adopts them anyway (a worker's own worker)
+            descendants.adopt_orphans()
+            _adopting_for.add(self)
         self.process.start()
+        self.started = descendants.started(self.process.pid)
+        """When the worker started (clock ticks since boot): a process it left is one started after."""
         theirs.close()  # only the worker holds its end, so it sees end-of-file when the sweep closes ours
         self.method: str | None = None
         """The method of the runs it ran (:func:`_kind`): it runs no other's, so that nothing a method leaves behind
@@ -347,10 +359,14 @@ class _Worker:
         killed = self.end_left_behind()
         if not kill:
             _say_left_behind(killed, self.named or self.method or None, "when its process ended")
+        if self in _adopting_for:
+            _adopting_for.discard(self)
+            if not _adopting_for:
+                descendants.adopt_orphans(False)
 
-    def end_left_behind(self) -> list[int]:
+    def end_left_behind(self) -> list[descendants.Killed]:
         """Kills what the ended worker's method left running (:func:`bench.descendants.end_tree_of`)."""
-        return descendants.end_tree_of(self.process.pid, self.token)
+        return descendants.end_tree_of(self.process.pid, self.started, self.token)
 
 
 def _kind(method: object) -> str:
@@ -366,7 +382,7 @@ def _death(worker: _Worker, method: str | None, part: str | None = None) -> Outc
     process.join()
     code = process.exitcode
     killed = worker.end_left_behind()
-    left = f"; {descendants.left_behind_line(len(killed), 'after it ended')}" if killed else ""
+    left = f"; {descendants.left_behind_line(killed, 'after it ended')}" if killed else ""
     how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 and
            -code in signal.Signals._value2member_map_ else f"ended with exit code {code}")
     name, part = worker.inside or (worker.named or method, part)
