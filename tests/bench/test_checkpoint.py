@@ -218,7 +218,8 @@ def test_the_record_validator_checks_every_resume(entry, tmp_path):
 def _stopped_through_the_command_line(command: list[str], folders: list[Path], env: dict) -> tuple[int, str]:
     """Runs ``command``, sends it SIGTERM 3 s after every run folder of ``folders`` is locked (its run trains), and
     returns its exit code and standard error; every wait is bounded, and the process is killed if it outlives them."""
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while not all((f / records.LOCK).exists() for f in folders) and process.poll() is None \
@@ -229,8 +230,8 @@ def _stopped_through_the_command_line(command: list[str], folders: list[Path], e
         _, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
-            process.kill()
-            process.communicate()
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate(timeout=60)
     return process.returncode, err
 
 

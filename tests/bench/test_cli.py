@@ -144,7 +144,7 @@ def test_listing_commands(run_cli):
 
 def test_module_entry_point_exits_non_zero_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "bench", "--method", "nope", "--budget", "1"],
-                          capture_output=True, text=True, cwd=ROOT)
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     from approximators import METHODS, installed_methods
     known = [*METHODS, *sorted(installed_methods())]  # an installed plugin (the example package) is known too
@@ -155,7 +155,7 @@ def test_module_entry_point_exits_non_zero_without_traceback():
 def test_piped_stderr_holds_only_the_error_line():
     """Without --quiet, progress bars appear only on a terminal: a piped stderr is the error alone."""
     proc = subprocess.run([sys.executable, "-m", "bench", "--method", "sae", "--budget", "10", "--task", "digits"],
-                          capture_output=True, text=True, cwd=ROOT)
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr == ("error: sae: a budget of 10 epochs is too small for 1 chain(s) whose first member "
                            "trains 100 epochs; the smallest budget that runs with these settings is 100; a lower --set "
@@ -206,7 +206,7 @@ def test_a_record_says_how_the_run_was_asked_for_and_from_which_commit(tmp_path,
     assert result["command"] == ("python -m bench --method sgd --budget 1 --task toy-gap --out "
                                  f"{tmp_path} --quiet --label 'plain MAP, 1 epoch'")
     checkout = Path(__file__).resolve().parents[2]
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60)
     if not (checkout / ".git").exists() or head.returncode != 0:
         pytest.skip("not run from a git checkout with a commit")
     assert result["git"]["commit"] == head.stdout.strip() and isinstance(result["git"]["dirty"], bool)
@@ -458,7 +458,7 @@ def test_the_command_line_starts_without_importing_scikit_learn_or_scipy_stats()
     heavy = ("sklearn", "scipy.stats", "scipy.ndimage")
     code = ("import sys, bench.cli, bench.metrics, bench.tasks, approximators, bench.runner; "
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 

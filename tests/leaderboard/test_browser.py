@@ -114,7 +114,7 @@ class DevTools:
 
     def close(self):
         self._process.kill()
-        self._process.wait()
+        self._process.wait(timeout=60)
         os.close(self._to_browser)
         os.close(self._from_browser)
 

@@ -142,7 +142,13 @@ def test_concurrent_writers_lose_no_row_and_keep_the_database_intact(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", script, str(w), str(rows), str(go), str(path)],
                               stderr=subprocess.PIPE, text=True) for w in range(writers)]
     go.touch()
-    errors = [p.communicate(timeout=120)[1] for p in procs]
+    try:
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+    finally:
+        for p in procs:  # those left when a wait ran out
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=60)
     assert all(p.returncode == 0 for p in procs), errors
     with Store(path) as db:
         assert db.integrity_ok()

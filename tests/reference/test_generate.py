@@ -1,6 +1,7 @@
 """Reference generation: resumable from checkpoints bitwise, independent of worker processes, checkpoints
 checked before they are trusted, and the command refusing what it cannot sample in one line."""
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -254,6 +255,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+BURN_IN_SECONDS = 300
+"""How long the interrupt test waits for two workers to pass burn-in on toy-gap (seconds alone; minutes beside a
+load of 10): a bound, not a measure."""
+
+STOP_SECONDS = 60
+"""How long the interrupt test waits for the command to end once signalled."""
+
+
+def _stopped(process: subprocess.Popen) -> str:
+    """Kills ``process``'s group (the command and its workers), reaps it and returns what it wrote on stderr, every
+    wait bounded: a failed test leaves nothing sampling, and its message waits on nothing that lives on."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        return process.communicate(timeout=STOP_SECONDS)[1] or ""
+    except subprocess.TimeoutExpired:  # a pipe still held open by a process that left the group
+        return "(its stderr could not be read)"
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads worker processes from /proc")
 @pytest.mark.parametrize("to_group", [True, False], ids=["to the process group", "to the parent only"])
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
@@ -268,25 +288,30 @@ def test_an_interrupt_stops_every_worker_at_once_and_keeps_the_checkpoints(tmp_p
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
         preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL), os.setpgrp()))
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + BURN_IN_SECONDS
         while len(list(checkpoints.glob("toy-gap/chains-*.pt"))) < 2:  # both workers past burn-in, sampling
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"two workers did not pass burn-in within {BURN_IN_SECONDS} s; "
+                            f"stderr: {_stopped(process)!r}")
             time.sleep(0.1)
         workers = [pid for child in _children(process.pid) for pid in [child, *_children(child)]]
         if to_group:
             os.killpg(process.pid, signum)
         else:
             process.send_signal(signum)
-        _, err = process.communicate(timeout=30)
+        try:
+            _, err = process.communicate(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the command did not end within {STOP_SECONDS} s of {signum.name}; "
+                        f"stderr: {_stopped(process)!r}")
+        assert process.returncode == code and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("error: terminated (SIGTERM)" if signum == signal.SIGTERM else "error: interrupted"), err
+        assert "run the same command again" in err and str(checkpoints / "toy-gap") in err
+        assert len(list(checkpoints.glob("toy-gap/chains-*.pt"))) == 2
+        time.sleep(0.5)
+        assert not [pid for pid in workers if _alive(pid)]
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == code and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("error: terminated (SIGTERM)" if signum == signal.SIGTERM else "error: interrupted"), err
-    assert "run the same command again" in err and str(checkpoints / "toy-gap") in err
-    assert len(list(checkpoints.glob("toy-gap/chains-*.pt"))) == 2
-    time.sleep(0.5)
-    assert not [pid for pid in workers if _alive(pid)]
+        _stopped(process)  # what is left of the group when a check failed; nothing when every one passed
 
 
 def test_generation_samples_with_the_threads_it_is_given_and_records_them(monkeypatch):

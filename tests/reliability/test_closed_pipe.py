@@ -20,9 +20,13 @@ def _with_stdout_closed(command: list[str], cwd: Path) -> tuple[int, str]:
     """Runs ``command`` with its standard output a pipe whose reader is gone before the command writes a byte."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
     proc.stdout.close()
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    return proc.wait(timeout=600), err
+    try:
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    return proc.returncode, err.decode(errors="replace")
 
 
 def _board(tmp_path: Path) -> Path:

@@ -415,7 +415,7 @@ def test_reading_changes_nothing_in_the_database(tmp_path, run_cli, journal):
 
 def _chattr(path: Path, flag: str) -> bool:
     tool = shutil.which("chattr")
-    return tool is not None and subprocess.run([tool, flag, str(path)], capture_output=True).returncode == 0
+    return tool is not None and subprocess.run([tool, flag, str(path)], capture_output=True, timeout=60).returncode == 0
 
 
 @contextmanager

@@ -3,6 +3,7 @@ refused with both shown, never replaced), and an exclusive lock while a run work
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import textwrap
@@ -131,12 +132,18 @@ def test_a_second_run_into_a_folder_in_use_fails_at_once_and_leaves_it_alone(tmp
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
+        assert select.select([holder.stdout], [], [], 120)[0], "the holder did not hold the folder within 120 s"
         assert holder.stdout.readline().strip() == "holding"
         code, _, err = run_cli(*RUN, "--budget", "2", "--out", tmp_path)
         assert_one_line(code, err, EXIT_BAD_INPUT, str(folder), "in use by another run")
         assert not (folder / records.RESULT).exists()
     finally:
-        holder.communicate("", timeout=60)
+        try:
+            holder.communicate("", timeout=60)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait(timeout=60)
     assert run_cli(*RUN, "--budget", "2", "--out", tmp_path)[0] == 0  # released when the holder ends
 
 

@@ -32,7 +32,8 @@ def test_answers_that_need_no_pytorch_do_not_import_it(args):
     code = ("import json, sys\nfrom bench.entry import main\nsys.argv = ['bench', *json.loads(sys.argv[1])]\n"
             "try:\n    code = main()\nexcept SystemExit as stop:\n    code = stop.code\n"
             "print(json.dumps(sorted(m for m in ('torch', 'numpy') if m in sys.modules)), file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
     assert proc.stderr.splitlines()[-1] == "[]", proc.stderr
 
 

@@ -134,7 +134,7 @@ def test_a_refused_atomic_write_names_the_file_written_not_its_temporary_file(mo
 @pytest.mark.parametrize("args", [["--tasks", "nosuch"], ["--tasks", "digits", "nosuch"], ["--tasks", "toy_gap"]])
 def test_a_script_names_an_unknown_task_before_an_optional_dependency(args):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hmc_speed.py"), *args], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True, cwd=ROOT, timeout=120)
     assert_one_line(done.returncode, done.stderr, EXIT_BAD_INPUT, "--tasks", f"invalid choice: {args[-1]!r}")
     assert "pip install" not in done.stderr
 
