@@ -25,6 +25,7 @@ from approximators.swag import SWAG, MultiSWAG, SWAGDiagonal
 from approximators.vogn import VOGN
 from approximators.boundary import exit_call, guarded
 from approximators.registry import METHODS
+from bench import descendants
 from bench.errors import COMMAND_LINE, ConfigError, Spelling, text_of
 
 METHODS.update({m.name: m for m in (
@@ -77,7 +78,8 @@ def load_method(spec: str, spelling: Spelling = COMMAND_LINE) -> type[Approximat
             f"failed ({type(error).__name__}: {text_of(error)})"
         return f"{given}: importing {module_name} {what}"
 
-    with guarded(spec, "import", failed):
+    # What the import starts is the module's: it ends with this process's part (bench.descendants.importing).
+    with guarded(spec, "import", failed), descendants.importing(module_name):
         try:
             target = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
