@@ -204,3 +204,40 @@ def test_seeds_beyond_what_a_seed_holds_are_refused(tmp_path, run_cli, nothing_t
     code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method", "sgd", "--task",
                            "toy-gap", "--seeds", str(10**30))
     assert_one_line(code, err, EXIT_BAD_INPUT, "--seeds must be at least 2", "at most 2^63")
+
+
+@pytest.mark.parametrize("statistic", ["mean", "std"])
+@pytest.mark.parametrize("factor, refused", [(0.9, False), (1.1, True)])
+def test_each_stored_statistic_is_held_to_its_values_on_each_side_of_the_tolerance(tmp_path, statistic, factor,
+                                                                                   refused):
+    """The stored mean and the stored standard deviation, each alone, edited by 0.9 x the 1e-9 x max(1, |value|) a
+    summation order allows is loaded; by 1.1 x it is refused in one line."""
+    baseline = small_baseline()
+    stats = baseline
+    for key in STATS:
+        stats = stats[key]
+    edited = _set(baseline, (*STATS, statistic), stats[statistic] + factor * 1e-9 * max(1.0, abs(stats[statistic])))
+    file = tmp_path / "baseline.json"
+    file.write_text(json.dumps(edited))
+    if refused:
+        with pytest.raises(BenchError, match="are not those of its values"):
+            gate.load_baseline(file)
+    else:
+        gate.load_baseline(file)
+
+
+@pytest.mark.parametrize("path, value", [((*STATS, "std"), -0.1), ((*STATS, "floor"), -0.1), ((*STATS, "std"), "x"),
+                                         ((*STATS, "floor"), math.inf), ((*STATS, "mean"), "0.5")])
+def test_a_negative_or_non_numeric_mean_std_or_floor_is_refused(tmp_path, path, value):
+    file = tmp_path / "baseline.json"
+    file.write_text(json.dumps(_set(small_baseline(), path, value)))
+    with pytest.raises(BenchError, match=r"its mean, std and floor must be finite numbers \(std and floor >= 0\)"):
+        gate.load_baseline(file)
+
+
+@pytest.mark.parametrize("field", ["epochs_used", "test_passes"])
+def test_each_budget_field_of_the_runs_is_one_per_seed(tmp_path, field):
+    file = tmp_path / "baseline.json"
+    file.write_text(json.dumps(_set(small_baseline(), ("runs", "sgd", "toy-gap", field), [20.0])))
+    with pytest.raises(BenchError, match="the runs of sgd on toy-gap must give epochs_used and test_passes"):
+        gate.load_baseline(file)
