@@ -85,6 +85,8 @@ def test_the_room_is_the_least_that_the_machine_the_address_space_and_the_contro
     monkeypatch.setattr(memory, "address_space_limit", lambda: 8 * 2**30)
     monkeypatch.setattr(memory, "_status_kib", lambda field: 3 * 2**30)
     assert memory.room().bytes == 5 * 2**30 and "ulimit -v, 8.0 GiB" in memory.room().what
+    monkeypatch.setattr(memory, "cgroup_room", lambda: 32 * 2**30)  # the binding bound neither first nor last
+    assert memory.room().bytes == 5 * 2**30 and "ulimit -v, 8.0 GiB" in memory.room().what
     monkeypatch.setattr(memory, "cgroup_room", lambda: 2**30)
     assert memory.room().bytes == 2**30 and "control group" in memory.room().what
 
@@ -245,6 +247,9 @@ def test_a_gpu_s_room_is_the_least_of_its_free_memory_and_this_process_s_share()
     share = memory.gpu_room("cuda:0 (X)", free=10 * 2**30, total=80 * 2**30, reserved=3 * 2**30, allocated=2**30,
                             fraction=0.05)
     assert share.bytes == 4 * 2**30 - 2**30 and "set_per_process_memory_fraction(0.05) of its 80.0 GiB" in share.what
+    free_binds = memory.gpu_room("cuda:0 (X)", free=10 * 2**30, total=80 * 2**30, reserved=3 * 2**30, allocated=2**30,
+                                 fraction=0.5)
+    assert free_binds == free, "a share larger than the free memory does not bind"
 
 
 def test_on_a_gpu_the_plan_splits_what_lives_on_the_device_from_what_lives_on_the_host():

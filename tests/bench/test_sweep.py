@@ -46,6 +46,16 @@ PLUGIN = textwrap.dedent('''
                 time.sleep(0.05)
             super().fit(problem, data, generator)
 
+    class Raises(MAP):
+        """sgd whose fit raises at budget 2 (a user's method failing: exit 4)."""
+        name = "raises"
+        summary = "sgd that raises at budget 2"
+
+        def fit(self, problem, data, generator):
+            if data.meter.budget_epochs == 2:
+                raise ValueError("a user's bug")
+            super().fit(problem, data, generator)
+
     class Killed(MAP):
         """Its process dies at once (as under the out-of-memory killer)."""
         name = "killed"
@@ -177,6 +187,16 @@ def test_a_failed_run_does_not_stop_the_others_and_each_failure_is_one_line(tmp_
     assert lines[2] == "error: 2 of 4 runs failed (each named above); run the same command again to retry them"
     assert "2 trained, 0 finished earlier, 2 failed" in out
     assert sorted(p.parent.parent.parent.name for p in tmp_path.rglob(records.RESULT)) == ["sgd", "sgd"]
+
+
+def test_a_sweep_s_exit_code_is_the_largest_of_its_failed_runs_codes(tmp_path, run_cli, plugin):
+    """Issue 66, blind spot 2: de's runs fail first with bad input (2), then the plugin's with exit 4; the sweep ends
+    with 4, not with its first failure's code."""
+    code, _, err = run_cli("sweep", "--method", "de", "sweep_plugin:Raises", "--task", "toy-gap", "--budget", "2",
+                           "--workers", "1", "--quiet", "--out", tmp_path)
+    lines = err.splitlines()
+    assert "de: a budget of 2 epochs is too small" in lines[0] and "a user's bug" in lines[1], err
+    assert code == EXIT_METHOD, err
 
 
 def test_a_worker_that_dies_fails_only_the_run_it_held(tmp_path, run_cli, plugin):
