@@ -419,3 +419,53 @@ def test_a_block_missing_added_or_not_an_object_is_refused(change, message):
             record["metrics_by_block"][block] = [1.0]
         with pytest.raises(submission.SubmissionError, match=re.escape(message)):
             submission.check_scored_claims(record, scored, "r.json")
+
+
+def _agreeing_record(task_name: str) -> tuple:
+    from bench.tasks import get_task
+    from reference.store import load_reference
+
+    task = get_task(task_name)
+    record = _claims(_scored(task_name))
+    submission.check_claims_agree(record, task, load_reference(task), "r.json")  # an honest record's claims agree
+    return task, load_reference(task), record
+
+
+@pytest.mark.parametrize("factor, refused", [(0.5, False), (2.0, True)])
+def test_every_mean_metric_on_the_whole_test_set_is_the_mean_of_its_blocks_on_each_side_of_round_off(factor, refused):
+    """A record alone: each metric that is a mean over test points (and RMSE's square), on the whole test set, edited
+    by 0.5 x and 2 x the 1e-9 round-off the identity allows (relative to its blocks' weighted magnitude); agreement
+    0.999 everywhere, so that accuracy's own identity leaves room."""
+    task, reference, honest = _agreeing_record("digits")
+    weights = {b.name: (b.stop - b.start) / task.n_test for b in task.test_blocks}
+    checked = [m for m in honest["metrics"] if m in submission.MEAN_METRICS or m == "rmse"]
+    assert {"agreement", "total_variation", "accuracy", "nll"} <= set(checked)
+    for metric in checked:
+        scale = sum(w * abs(honest["metrics_by_block"][b][metric]) for b, w in weights.items())
+        record = _claims(_scored("digits"))
+        for claims in [record["metrics"], *record["metrics_by_block"].values()]:  # room for accuracy's identity
+            claims["agreement"] = 0.999
+        record["metrics"][metric] -= factor * 1e-9 * scale
+        if refused:
+            with pytest.raises(submission.SubmissionError, match=f"{metric} .* on the whole test set, but its blocks"):
+                submission.check_claims_agree(record, task, reference, "r.json")
+        else:
+            submission.check_claims_agree(record, task, reference, "r.json")
+
+
+@pytest.mark.parametrize("by, refused", [(0.5e-9, False), (-0.5e-9, False), (2e-9, True), (-2e-9, True)])
+def test_the_accuracy_identity_is_checked_on_every_block_on_each_side_of_round_off(by, refused):
+    """Accuracy lies within the disagreement (1 - agreement) of the reference's own accuracy, on the whole test set and
+    on every block: where agreement is 1 (the blurred predictive keeps every argmax), accuracy moved by 0.5 x the 1e-9
+    round-off passes and by 2 x it is refused, naming the block."""
+    task, reference, honest = _agreeing_record("digits")
+    for block in ["all", *[b.name for b in task.test_blocks]]:
+        assert _claimed_block(honest, block)["agreement"] == 1.0
+        record = _claims(_scored("digits"))
+        _claimed_block(record, block)["accuracy"] += by
+        if refused:
+            where = "metrics" if block == "all" else f"metrics_by_block[{block!r}]"
+            with pytest.raises(submission.SubmissionError, match=re.escape(f"{where} contradict each other: accuracy")):
+                submission.check_claims_agree(record, task, reference, "r.json")
+        else:
+            submission.check_claims_agree(record, task, reference, "r.json")
