@@ -212,12 +212,13 @@ def end_tree_of(leader: int, leader_started: int | None, token: str) -> list[Kil
     """Kills what a method's process ``leader`` (started at ``leader_started``; it led its own group, its environment
     marked with ``token``) left behind once it has ended: the members of its group, the children this process
     adopted that carry its mark and started after it, and what is below them (the module's docstring); those
-    killed."""
+    killed. "After" is a later clock tick (10 ms): one of the same tick may have started before it, and its own
+    start up (Python's) takes longer than a tick."""
     table = _processes()
     caught = {pid: GROUP for pid, process in table.items() if process.group == leader and pid != leader}
     if leader_started is not None:
         caught.update({pid: MARK for pid, process in table.items()
-                       if process.parent == os.getpid() and process.started >= leader_started and pid not in caught
+                       if process.parent == os.getpid() and process.started > leader_started and pid not in caught
                        and _marked(pid, token)})
     killed = kill(_with_trees(caught, table), table)
     _reap(killed)

@@ -58,21 +58,30 @@ def leave_a_family(path: str) -> None:
     _until(lambda: os.getsid(orphan) == orphan and Path(f"/proc/{orphan}/environ").read_bytes() == b"", "the orphan")
 
 
-def test_a_method_s_tree_two_levels_deep_and_its_detached_orphan_are_killed_after_its_call(tmp_path, capfd):
+def test_a_method_s_tree_two_levels_deep_and_its_detached_orphan_are_killed_after_its_call(tmp_path, capfd,
+                                                                                             helper_module):
     """Issue 66, blind spot 3: a child with a living grandchild (descendants() returning only direct children left the
     grandchild running), and a grandchild orphaned while the worker lives on, out of its group and with no mark (found
-    only because the worker adopts it: without adopt_orphans() it outlived the call)."""
+    only because the worker adopts it: without adopt_orphans() it outlived the call). Issue 65, kind 4: what the
+    import of the method's module started there is spared by each call and ended, named, when the worker ends."""
+    name, helpers = helper_module
     pids_file = tmp_path / "pids"
     try:
-        with Isolated(None, threads=1) as worker:
+        with Isolated(f"{name}:UsesHelper", threads=1) as worker:
+            assert worker.check([f"{name}:UsesHelper"], [("toy-gap", ())]).exit_code == 0
+            helper, = map(int, helpers.read_text().split())
             outcome = worker.call(leave_a_family, str(pids_file))
             assert outcome.exit_code == 0, outcome.failure
             child, grandchild, orphan = map(int, pids_file.read_text().split())
             assert worker.alive()
             assert not any(map(_running, (child, grandchild, orphan)))
+            assert _running(helper)
+        assert not _running(helper)
         err = capfd.readouterr().err
         assert "3 process(es) it started were still running after its run and were killed" in err, err
         assert f"pid {grandchild} 'sleep' below its process" in err, err
+        assert f"note: importing {name} started 1 process(es) that were still running when its worker ended and " \
+               f"were killed (pid {helper} 'sleep' started by the import)" in err, err
     finally:
         if pids_file.exists():
             _end(map(int, pids_file.read_text().split()))
