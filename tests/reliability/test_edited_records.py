@@ -385,3 +385,23 @@ def test_a_record_alone_whose_metrics_contradict_each_other_is_refused_on_any_cp
         assert code == 2, err  # a record alone is refused by submit anyway; the identities come first
     edited(folder, record)
     assert run_cli("verify", folder)[0] == 0, "the unedited record verifies"
+
+
+RANGES = [  # (field, a value just inside its range, one just outside), each end of each range a record's fields have
+    ("seed", 0, -1), ("seed", 2**63 - 1, 2**63),
+    ("task_version", 0, -1), ("task_version", 2**31 - 1, 2**31),
+    ("budget", MAX_BUDGET_EPOCHS, MAX_BUDGET_EPOCHS * (1 + 1e-12)), ("budget", 2.0, 0.0),
+    ("epochs_used", 2.0, 2.0 * (1 + 1e-12)), ("epochs_used", 0.0, -1e-300),
+    ("test_passes", 0.0, -1e-300), ("wall_seconds", 0.0, -1e-300),
+]
+
+
+@pytest.mark.parametrize("field, inside, outside", RANGES)
+def test_each_end_of_each_range_of_a_records_fields_is_bracketed(folder, field, inside, outside):
+    """Each end of each numeric range the validator holds a record's fields to, a value just inside it accepted and
+    one just outside refused in one line (epochs used: within [0, the budget of 2])."""
+    record = json.loads((folder / records.RESULT).read_text())
+    base = {**record, "epochs_used": 0.0} if field == "budget" else record
+    records.check_record({**base, field: inside}, folder / records.RESULT)
+    with pytest.raises(BenchError, match=field.replace("_", ".") if field != "budget" else "the budget must be"):
+        records.check_record({**base, field: outside}, folder / records.RESULT)
