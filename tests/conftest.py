@@ -25,6 +25,19 @@ import torch
 torch.set_num_threads(1)
 
 
+QUICK_TIER = ("tests/science/", "tests/bench/test_metrics.py", "tests/leaderboard/test_submission.py")
+"""The quick tier, ``python -m pytest -m "not slow"`` (the README's test section says how long it takes): the methods'
+exact answers (``tests/science``: each method against its closed form or the exact law of its own recursion), the
+metrics, and the validator of a run's claims (``leaderboard/submission.py``). Every other test is marked ``slow``
+(pyproject.toml registers the marker); CI runs the whole suite."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not item.nodeid.startswith(QUICK_TIER):
+            item.add_marker(pytest.mark.slow)
+
+
 ROUND_OFF = 1e-9
 """Relative distance within which a float64 figure recomputed here is the one a committed file holds: another CPU
 kind (AVX-512 against AVX2, the same library versions) makes numpy and torch pick other vector kernels, which move a

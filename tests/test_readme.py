@@ -30,3 +30,17 @@ def test_ci_runs_the_readme_s_two_commands_word_for_word():
     before = lines[:lines.index(install)]
     assert not [line for line in before if re.search(r"\bpip\b", line) and not line.lstrip().startswith("#")], \
         "nothing is installed with pip before the README's command"
+
+
+def test_the_readme_names_the_quick_tier_beside_the_whole_suite_and_pytest_knows_its_marker(request):
+    """The quick tier is prose with its command inline (the two set-up commands stay the section's only blocks)."""
+    import tomllib
+
+    from tests.conftest import QUICK_TIER
+
+    section = (ROOT / "README.md").read_text().split("## Set-up on a fresh machine\n", 1)[1].split("\n## ", 1)[0]
+    assert '`python -m pytest -m "not slow"`' in section
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("slow:") for marker in markers)
+    assert all((ROOT / path).exists() for path in QUICK_TIER), "the quick tier names tests that exist"
+    assert request.node.get_closest_marker("slow"), "a test outside the quick tier (this one) is marked slow"
