@@ -469,3 +469,33 @@ def test_the_accuracy_identity_is_checked_on_every_block_on_each_side_of_round_o
                 submission.check_claims_agree(record, task, reference, "r.json")
         else:
             submission.check_claims_agree(record, task, reference, "r.json")
+
+
+@pytest.mark.parametrize("edit, refused", [
+    (lambda m: m.update(w2=m["w1"] * (1 - 0.5e-9)), False), (lambda m: m.update(w2=m["w1"] * (1 - 2e-9)), True),
+    (lambda m: m.update(competition_w=-m["w1"] * (1 + 0.5e-9)), False),
+    (lambda m: m.update(competition_w=-m["w1"] * (1 + 2e-9)), True),
+    (lambda m: m.update(competition_w=-m["w1"] * (1 - 2e-9)), True),
+])
+def test_the_regression_identities_are_bracketed_at_round_off(edit, refused):
+    """W2 >= W1 and the competition's score -W1, each just within and just beyond the 1e-9 round-off."""
+    task, reference, record = _agreeing_record("toy-gap")
+    edit(record["metrics"])
+    if refused:
+        with pytest.raises(submission.SubmissionError, match="contradict each other"):
+            submission.check_claims_agree(record, task, reference, "r.json")
+    else:
+        submission.check_claims_agree(record, task, reference, "r.json")
+
+
+@pytest.mark.parametrize("factor, refused", [(1 + 0.5e-9, False), (1 + 2e-9, True)])
+def test_ece_on_the_whole_test_set_is_at_most_its_blocks_weighted_mean_on_each_side_of_round_off(factor, refused):
+    task, reference, record = _agreeing_record("digits")
+    weights = {b.name: (b.stop - b.start) / task.n_test for b in task.test_blocks}
+    bound = sum(w * record["metrics_by_block"][b]["ece"] for b, w in weights.items())
+    record["metrics"]["ece"] = bound * factor + (factor - 1)
+    if refused:
+        with pytest.raises(submission.SubmissionError, match="ECE .* on the whole test set above the"):
+            submission.check_claims_agree(record, task, reference, "r.json")
+    else:
+        submission.check_claims_agree(record, task, reference, "r.json")
