@@ -65,3 +65,23 @@ def test_a_process_of_bdl_bench_s_own_code_that_dies_is_bdl_bench_s_failure_not_
     assert outcome.exit_code == EXIT_INTERNAL and "method" not in outcome.failure, outcome
     with Isolated("pkg.mod:Theirs", 1) as theirs:
         assert theirs.call(os._exit, 3).exit_code == EXIT_METHOD
+
+
+class _Ray:
+    """What ``ray.nodes()`` lists: a small node, a larger one, a dead one larger still (it holds nothing)."""
+
+    @staticmethod
+    def nodes():
+        return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}},
+                {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 4.0}}]
+
+
+def test_a_ray_run_fits_if_any_living_node_holds_it_and_a_refusal_names_the_largest():
+    """Issue 66, blind spot 2: the node that fits, and the largest, is not the first; the dead node counts for
+    nothing."""
+    from bench.errors import BenchError
+    from bench.executors import _check_ray_resources
+
+    _check_ray_resources(_Ray, threads=8, gpus=1)
+    with pytest.raises(BenchError, match=r"largest node: 8 CPUs, GPUs: 1\)"):
+        _check_ray_resources(_Ray, threads=16, gpus=1)
