@@ -176,6 +176,15 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
                        help="mirror of the starter-kit repository's raw files (default: the official one)")
     fetch.add_argument("--force", action="store_true",
                        help="download and convert again even if the cached task is complete and unchanged")
+    _add_list(fetch, "--expect-sha256", metavar="FILE=SHA256", default=[],
+              help="pin a file with no official sha256 (every data file, CIFAR-10-C's and UCI-Gap's references) to a "
+                   "sha256 you trust, say your lab's of its mirror: FILE is its name or its path on the mirror (as "
+                   "eval-phase/eval_data/cifar_probs.csv); a file that does not match is not kept (exit 1), one that "
+                   "matches is trusted as pinned, not first use; for a task already fetched its recorded sha256 is "
+                   "checked")
+    fetch.add_argument("--checksums", type=Path, default=None, metavar="FILE",
+                       help="pin files as --expect-sha256 does, from a sha256sum-format file (SHA256  FILE per line; "
+                            "lines naming no competition file are skipped)")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")
     fetch.add_argument("--check-mirror", action="store_true",
                        help="download nothing: check that the mirror at --data-url and --reference-url (http(s), a "

@@ -45,7 +45,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError, DamagedFile, shown
+from bench.errors import BenchError, CheckFailed, DamagedFile, shown
+from bench.trust import FIRST_USE, OFFICIAL, PINNED
 from bench.io import atomic_write_bytes, json_bytes, read_json, sha256_file
 
 CACHE_ENV = "BDL_BENCH_CACHE"
@@ -162,10 +163,11 @@ def _check_redirect(url: str, target: str) -> None:
 
 @dataclass(frozen=True)
 class Downloaded:
-    """A verified file: its path, sha256, and how the sha256 was trusted (``official`` or ``first use``).
+    """A verified file: its path, sha256, and how the sha256 was trusted (:mod:`bench.trust`: ``official``,
+    ``pinned`` or ``first use``).
 
-    ``unconfirmed``: trusted on first use with no record yet; the fetch records its sha256 only once the
-    file has been converted, and deletes the file if its content is refused."""
+    ``unconfirmed``: not official, and not yet in the cache's store as trusted so (first use, or pinned); the fetch
+    records its sha256 only once the file has been converted, and deletes the file if its content is refused."""
 
     path: Path
     sha256: str
@@ -178,7 +180,8 @@ TRUST_STORE = "checksums.json"
 
 class TrustStore:
     """The cache's record of sha256 values first seen for files with no official checksum:
-    ``{url: {"sha256": ..., "first_seen": ...}}``."""
+    ``{url: {"sha256": ..., "first_seen": ..., "trust": ...}}``, ``trust`` ``pinned`` where the user supplied that
+    sha256 (``fetch --expect-sha256``), else ``first use`` (absent in a store of an older version)."""
 
     def __init__(self, cache: Path):
         self.path = cache / TRUST_STORE
@@ -203,14 +206,26 @@ class TrustStore:
     def record(self, key: str, sha256: str) -> None:
         self.record_all({key: sha256})
 
-    def record_all(self, checksums: dict[str, str]) -> None:
-        """Adds first-use records (a key already recorded with the same sha256 keeps its first date)."""
+    def record_all(self, checksums: dict[str, str], pinned=()) -> None:
+        """Adds first-use records, ``pinned`` those of the keys in ``pinned`` (a key already recorded with the same
+        sha256 keeps its first date)."""
         records = self.read()
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        changed = {k: v for k, v in checksums.items() if records.get(k, {}).get("sha256") != v}
+        trust = {k: PINNED if k in pinned else FIRST_USE for k in checksums}
+        changed = {k: v for k, v in checksums.items()
+                   if records.get(k, {}).get("sha256") != v or self.trust_of(records.get(k)) != trust[k]}
         if changed:
-            records.update({k: {"sha256": v, "first_seen": now} for k, v in changed.items()})
+            records.update({k: {"sha256": v, "first_seen": records[k]["first_seen"]
+                                if records.get(k, {}).get("sha256") == v and "first_seen" in records[k] else now,
+                                "trust": trust[k]} for k, v in changed.items()})
             self._write(records)
+
+    @staticmethod
+    def trust_of(record: dict | None) -> str | None:
+        """How a record's sha256 is trusted (``pinned`` or ``first use``), None for no record."""
+        if record is None:
+            return None
+        return PINNED if record.get("trust") == PINNED else FIRST_USE
 
     def forget(self, keys) -> None:
         records = self.read()
@@ -453,12 +468,15 @@ def no_progress(**_kwargs):
 
 
 def download(url: str, target: Path, expected_sha256: str | None, trust: TrustStore, trust_key: str,
-             progress=None, retries: int | None = None, fresh: bool = False) -> Downloaded:
+             progress=None, retries: int | None = None, fresh: bool = False,
+             pinned_sha256: str | None = None) -> Downloaded:
     """Downloads ``url`` to ``target`` (resuming a previous ``.part``), verifies it and returns it.
 
     ``expected_sha256`` is the official value, or None to use the trust store's value under
     ``trust_key``; with no record either, the file is returned ``unconfirmed`` and the caller records
     its sha256 (:meth:`TrustStore.record_all`) once the file has proved to be what it should (converted).
+    ``pinned_sha256``: the sha256 the user supplied for a file with no official value (``fetch --expect-sha256``); it
+    replaces the store's record, and a file that does not match it is deleted (:class:`CheckFailed`, exit 1).
     An existing ``target`` is re-verified rather than downloaded again, unless ``fresh``: then it and any
     ``.part`` are deleted first and the file is downloaded anew. ``retries``: default :data:`RETRIES`.
     Raises :class:`FetchError` with one line; a checksum mismatch deletes the file.
@@ -466,20 +484,25 @@ def download(url: str, target: Path, expected_sha256: str | None, trust: TrustSt
     check_source(url)
     progress = progress or no_progress
     retries = RETRIES if retries is None else retries
-    known = expected_sha256 or trust.read().get(trust_key, {}).get("sha256")
-    source = ("the official checksum" if expected_sha256
+    record = trust.read().get(trust_key)
+    known = expected_sha256 or pinned_sha256 or (record or {}).get("sha256")
+    level = (OFFICIAL if expected_sha256 else PINNED if pinned_sha256 else TrustStore.trust_of(record) or FIRST_USE)
+    source = ("the official checksum" if expected_sha256 else "the sha256 you supplied" if pinned_sha256
               else f"the checksum recorded at first download in {trust.path} for {trust_key}")
     guard_os(lambda: target.parent.mkdir(parents=True, exist_ok=True), target.parent)
     part = target.with_name(target.name + ".part")
     if fresh:
         guard_os(lambda: (target.unlink(missing_ok=True), part.unlink(missing_ok=True)), target.parent)
     if target.exists():
-        actual = _verified_sha256(target, known, url, source, expected_sha256 is None)
+        actual = _verified_sha256(target, known, url, source, level)
     else:
         _download_part(url, part, target.parent, progress, retries)
-        actual = _verified_sha256(part, known, url, source, expected_sha256 is None)
+        actual = _verified_sha256(part, known, url, source, level)
         guard_os(lambda: os.replace(part, target), target.parent)
-    return Downloaded(target, actual, "official" if expected_sha256 else "first use", unconfirmed=known is None)
+    # Unconfirmed: the store does not yet hold this sha256 as trusted so (recorded once the file has converted).
+    unconfirmed = level != OFFICIAL and (record is None or record["sha256"] != actual
+                                         or TrustStore.trust_of(record) != level)
+    return Downloaded(target, actual, level, unconfirmed=unconfirmed)
 
 
 def _download_part(url: str, part: Path, folder: Path, progress, retries: int) -> None:
@@ -520,13 +543,17 @@ def _kept(part: Path) -> str:
         else ""
 
 
-def _verified_sha256(path: Path, known: str | None, url: str, source: str, first_use: bool) -> str:
-    """``path``'s sha256; deletes the file and raises if it is not ``known`` (None: nothing to compare with yet)."""
+def _verified_sha256(path: Path, known: str | None, url: str, source: str, level: str) -> str:
+    """``path``'s sha256; deletes the file and raises if it is not ``known`` (None: nothing to compare with yet), the
+    sha256 trusted as ``level``; a file that is not the one the user pinned fails their check (exit 1)."""
     actual = sha256_file(path)
     if known is not None and actual != known:
         path.unlink()
-        advice = ("fetch from the source first trusted, or, if the file changed upstream on purpose, delete its "
-                  "entry from that record" if first_use else "run the fetch again, from another mirror if it recurs")
-        raise FetchError(f"{url}: sha256 {actual[:16]}... does not match {source} ({known[:16]}...); "
-                         f"the file was deleted; {advice}")
+        advice = {FIRST_USE: "fetch from the source first trusted, or, if the file changed upstream on purpose, "
+                             "delete its entry from that record",
+                  PINNED: "fetch from a mirror serving the file whose sha256 you were given"}.get(
+            level, "run the fetch again, from another mirror if it recurs")
+        failed = CheckFailed if level == PINNED else FetchError
+        raise failed(f"{url}: sha256 {actual[:16]}... does not match {source} ({known[:16]}...); "
+                     f"the file was deleted; {advice}")
     return actual

@@ -25,6 +25,7 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 
+EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
 EXIT_METHOD = 4
@@ -81,6 +82,11 @@ class MetricInputError(BenchError, ValueError):
 
 class ReferenceMismatch(BenchError):
     """A reference file is missing, corrupted or does not match its task."""
+
+
+class CheckFailed(BenchError):
+    """A check the user asked for found something other than they said (a downloaded file whose sha256 is not the one
+    they supplied): exit code 1, as a failed check is."""
 
 
 class ConfigError(BenchError, ValueError):
@@ -339,6 +345,8 @@ def _described(error: BaseException) -> tuple[int, str]:
         return error.exit_code, text_of(error)
     if isinstance(error, MachineRefused):
         return EXIT_ENVIRONMENT, text_of(error)
+    if isinstance(error, CheckFailed):
+        return EXIT_CHECK_FAILED, text_of(error)
     if isinstance(error, BenchError):
         return EXIT_BAD_INPUT, text_of(error)
     if out_of_memory(error):

@@ -17,11 +17,20 @@ manifest confirms. A fetch (forced or not) replaces a damaged manifest, and a da
 first-use checksums is moved aside (``checksums.json.damaged``) and rebuilt from the checksums in the
 intact manifests of the fetched tasks. A task is "already fetched" only if its manifest is intact,
 every cached array matches it, and its checksums agree with the official ones or the first-use records.
+
+Pinning (``pins``: ``fetch --expect-sha256 FILE=SHA256`` or ``--checksums FILE``): a file with no official sha256 is
+checked against the one the user supplied (a lab's checksums of its shared mirror) and then trusted as ``pinned``
+(:mod:`bench.trust`), in the manifest and the cache's store. A file that does not match is not kept as trusted: a
+download is deleted, and a task already fetched from it is removed from the cache with its first-use records
+(:class:`~bench.errors.CheckFailed`, exit 1). A fetch that fails after some of the task's files were downloaded says
+which stay in ``<cache>/downloads/``, their size, and that the next fetch reuses them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,12 +38,14 @@ from pathlib import Path
 import numpy as np
 
 import bench
-from bench.download import Downloaded, TrustStore, check_source, guard_os, download, no_progress, resolve_cache
-from bench.errors import DamagedFile
+from bench.download import (Downloaded, FetchError, TrustStore, check_source, guard_os, download, no_progress,
+                            resolve_cache)
+from bench.errors import CheckFailed, ConfigError, DamagedFile, terminal_text
 from bench.formats import FormatError, npz_array, text_to_npy
 from bench.io import atomic_write_bytes, json_bytes, sha256_file
-from bench.tasks.competition import (DATA_URL, MANIFEST, REFERENCE_ARRAY, REFERENCE_URL, SPECS, read_manifest,
-                                     task_folder, verify_cached_files)
+from bench.tasks.competition import (DATA_URL, MANIFEST, REFERENCE_ARRAY, REFERENCE_URL, SPECS, Remote,
+                                     read_manifest, task_folder, verify_cached_files)
+from bench.trust import FIRST_USE, MEANING, OFFICIAL, PINNED
 from reference.official import official_checksums, parse_reference
 
 
@@ -90,9 +101,9 @@ def _confirmed_checksums(cache: Path) -> dict[str, dict]:
         if manifest is None or manifest["version"] != SPECS[name].version:
             continue
         for url, entry in manifest["files"].items():
-            if entry["trust"] == "first use":
+            if entry["trust"] in (FIRST_USE, PINNED):
                 confirmed[url] = {"sha256": entry["sha256"], "first_seen": manifest.get("fetched_at"),
-                                  "restored_from": str(task_folder(name, cache) / MANIFEST)}
+                                  "trust": entry["trust"], "restored_from": str(task_folder(name, cache) / MANIFEST)}
     return confirmed
 
 
@@ -103,10 +114,10 @@ def _heal_trust_store(trust: TrustStore, cache: Path, name: str, force: bool) ->
     if trust.damaged():
         trust.rebuild(_confirmed_checksums(cache))
     if not force:
-        records = trust.read()
-        missing = {url: r["sha256"] for url, r in _confirmed_checksums(cache).items() if url not in records}
+        records, confirmed = trust.read(), _confirmed_checksums(cache)
+        missing = {url: r["sha256"] for url, r in confirmed.items() if url not in records}
         if missing:
-            trust.record_all(missing)
+            trust.record_all(missing, pinned={url for url in missing if confirmed[url]["trust"] == PINNED})
     else:
         confirmed, records = _confirmed_checksums(cache), trust.read()
         urls = [remote.official_url for remote in SPECS[name].remotes()]
@@ -117,16 +128,20 @@ def _heal_trust_store(trust: TrustStore, cache: Path, name: str, force: bool) ->
 
 def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_URL,
                reference_url: str = REFERENCE_URL, progress=None, keep_downloads: bool = False,
-               force: bool = False) -> tuple[dict, bool]:
+               force: bool = False, pins: dict[str, str] | None = None) -> tuple[dict, bool]:
     """Downloads, verifies and converts competition task ``name`` into the cache.
 
     Returns the task's manifest and whether anything was downloaded: a task already in the cache
     whose arrays all still match their checksums is not downloaded again (unless ``force``, which
     downloads every file anew). ``data_url`` and ``reference_url`` replace the official locations (a
     mirror: http or https, see :mod:`bench.download`); checksums are always those of the official files.
-    Raises :class:`FetchError` (or FormatError) with one line.
+    ``pins``: sha256 values the user supplied, by official URL (:func:`pins_of`; those of other tasks' files are
+    ignored): the files they name are checked against them and trusted as ``pinned``.
+    Raises :class:`FetchError` (or FormatError, or CheckFailed for a file that is not the pinned one) with one line.
     """
     spec = SPECS[name]
+    pins = {remote.official_url: pins[remote.official_url] for remote in spec.remotes()
+            if remote.official_url in (pins or {})}
     check_source(data_url)
     check_source(reference_url)
     trust = TrustStore(resolve_cache(cache))
@@ -140,15 +155,19 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
         finally:
             checking.close()
         if existing is not None:
-            return existing, False
+            return _pinned_in_place(name, resolve_cache(cache), existing, pins, trust), False
     cache = resolve_cache(cache)
     checksums = official_checksums()
+    _check_pins_against_official(pins, checksums)
     downloads = cache / "downloads"
     fetched: dict = {}
     for remote in spec.remotes():
-        fetched[remote] = download(remote.url(data_url, reference_url), downloads / remote.file_name,
-                                   checksums.get(remote.official_url), trust, remote.official_url, progress,
-                                   fresh=force)
+        try:
+            fetched[remote] = download(remote.url(data_url, reference_url), downloads / remote.file_name,
+                                       checksums.get(remote.official_url), trust, remote.official_url, progress,
+                                       fresh=force, pinned_sha256=pins.get(remote.official_url))
+        except (FetchError, CheckFailed) as error:
+            raise type(error)(f"{error}{_kept_downloads(name, downloads, fetched)}") from None
 
     final = task_folder(name, cache)
     guard_os(lambda: final.parent.mkdir(parents=True, exist_ok=True), final.parent)
@@ -181,18 +200,20 @@ def fetch_task(name: str, cache: Path | str | None = None, data_url: str = DATA_
         }
         guard_os(lambda: atomic_write_bytes(staging / MANIFEST, json_bytes(manifest)), staging)
         _install(staging, final)
-        # Trust on first use: recorded only now, when every file has converted into the installed task.
-        trust.record_all({remote.official_url: d.sha256 for remote, d in fetched.items() if d.unconfirmed})
+        # Trust on first use (or pinned): recorded only now, when every file has converted into the installed task.
+        trust.record_all({remote.official_url: d.sha256 for remote, d in fetched.items() if d.unconfirmed},
+                         pinned={remote.official_url for remote, d in fetched.items() if d.trust == PINNED})
     except FormatError as error:
         # The content was refused (an error page, another file): a download trusted on first use must not be
         # reused, nor its record (one left by a version that recorded before converting) keep refusing the
         # genuine file. Officially checksummed files are genuine and kept.
-        first_use = [(remote, d) for remote, d in fetched.items() if d.trust == "first use"]
+        first_use = [(remote, d) for remote, d in fetched.items() if d.trust == FIRST_USE]
         for _, downloaded in first_use:
             downloaded.path.unlink(missing_ok=True)
         trust.forget([remote.official_url for remote, d in first_use if not d.unconfirmed])
         deleted = "; the downloads trusted on first use were deleted, fetch again (from another mirror if it recurs)"
-        raise FormatError(f"{error}{deleted if first_use else ''}") from None
+        raise FormatError(f"{error}{deleted if first_use else ''}{_kept_downloads(name, downloads, fetched)}") \
+            from None
     finally:
         converting.close()
         shutil.rmtree(staging, ignore_errors=True)
@@ -219,10 +240,117 @@ def _install(staging: Path, final: Path) -> None:
 
 
 def describe_fetch(manifest: dict) -> str:
-    """One line per file: its sha256 and whether it matched the official value or was trusted on first use."""
-    lines = []
-    for url, entry in manifest["files"].items():
-        how = ("matches the official sha256" if entry["trust"] == "official"
-               else "no official sha256 known: recorded at first download (trust on first use)")
-        lines.append(f"  {url.rsplit('/', 1)[-1]}: sha256 {entry['sha256'][:16]}... {how}")
-    return "\n".join(lines)
+    """One line per file: its sha256 and how it is trusted (:data:`bench.trust.MEANING`)."""
+    return "\n".join(f"  {url.rsplit('/', 1)[-1]}: sha256 {entry['sha256'][:16]}... {entry['trust']}: "
+                     f"{MEANING[entry['trust']]}" for url, entry in manifest["files"].items())
+
+
+def _size_text(size: int) -> str:
+    return (f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB" if size >= 2**20
+            else f"{size:,} bytes")
+
+
+def _kept_downloads(name: str, downloads: Path, fetched: dict) -> str:
+    """What a failed fetch of task ``name`` leaves in ``downloads``: the task's files ``fetched`` so far (each a
+    :class:`Downloaded`) and their size, and that the next fetch reuses them; "" for none."""
+    kept = [d.path for d in fetched.values() if d.path.exists()]
+    if not kept:
+        return ""
+    size = sum(path.stat().st_size for path in kept)
+    return (f"; {len(kept)} download(s) of {name} ({_size_text(size)}) stay in {terminal_text(downloads)}: "
+            f"{', '.join(terminal_text(path.name) for path in kept)}; fetching again reuses them, or delete them to "
+            "free the space")
+
+
+def _check_pins_against_official(pins: dict[str, str], official: dict[str, str]) -> None:
+    """A supplied sha256 of a file with an official one must be that one (the file is checked against it)."""
+    for url, sha256 in pins.items():
+        if url in official and official[url] != sha256:
+            raise CheckFailed(f"{url}: the sha256 you supplied ({sha256[:16]}...) is not the organisers' published "
+                              f"one ({official[url][:16]}...); nothing was downloaded: check where your checksum "
+                              "came from")
+
+
+def _pinned_in_place(name: str, cache: Path, manifest: dict, pins: dict[str, str], trust: TrustStore) -> dict:
+    """The already fetched task's manifest with ``pins`` applied: each pinned file whose recorded sha256 matches is
+    trusted as ``pinned`` from now on (manifest and store rewritten); one that does not is not kept as trusted (the
+    task is removed from the cache with its first-use records and any kept download, :class:`CheckFailed`)."""
+    _check_pins_against_official(pins, official_checksums())
+    files = manifest["files"]
+    for url, sha256 in pins.items():
+        if files[url]["sha256"] != sha256:
+            shutil.rmtree(task_folder(name, cache), ignore_errors=True)
+            trust.forget([u for u, entry in files.items() if entry["trust"] != OFFICIAL])
+            for remote in SPECS[name].remotes():
+                (cache / "downloads" / remote.file_name).unlink(missing_ok=True)
+            raise CheckFailed(f"{url}: the fetched file's sha256 {files[url]['sha256'][:16]}... does not match the "
+                              f"one you supplied ({sha256[:16]}...); the {name} task converted from it was removed "
+                              f"from the cache: fetch it again from a mirror serving the file you have the "
+                              "checksum of")
+    newly = [url for url in pins if files[url]["trust"] == FIRST_USE]
+    if not newly:
+        return manifest
+    manifest = json.loads(json.dumps(manifest))
+    for url in newly:
+        manifest["files"][url]["trust"] = PINNED
+        if manifest["reference"]["url"] == url:
+            manifest["reference"]["trust"] = PINNED
+    folder = task_folder(name, cache)
+    guard_os(lambda: atomic_write_bytes(folder / MANIFEST, json_bytes(manifest)), folder)
+    trust.record_all({url: files[url]["sha256"] for url in newly}, pinned=set(newly))
+    return manifest
+
+
+SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _matching_files(name: str) -> list[Remote]:
+    """The competition files ``name`` names: its official URL, its path under its base URL, or the end of that path
+    (whole components: ``cifar_probs.csv``, ``eval_data/cifar_probs.csv``), as ``sha256sum`` lists a mirror's files."""
+    name = name.removeprefix("./")
+    remotes = {remote.official_url: remote for spec in SPECS.values() for remote in spec.remotes()}
+    return [remote for url, remote in remotes.items()
+            if name in (url, remote.path) or remote.path.endswith("/" + name)]
+
+
+def pins_of(expected: list[str], checksums_file: Path | None = None) -> dict[str, str]:
+    """The sha256 values a user supplied, by official URL: each ``FILE=SHA256`` of ``expected`` (``fetch
+    --expect-sha256``), then each line ``SHA256  FILE`` of ``checksums_file`` (``sha256sum``'s format; lines naming no
+    competition file are skipped, as a mirror's list holds others). One :class:`ConfigError` line for a malformed
+    value, a name that is no competition file's (in ``expected``) or several's, or two values for one file."""
+    named: list[tuple[str, str, str]] = []
+    for item in expected:
+        file, sep, sha256 = item.rpartition("=")
+        if not sep or not file:
+            raise ConfigError(f"--expect-sha256 takes FILE=SHA256, got {terminal_text(item)!r}")
+        named.append((file.strip(), sha256.strip(), "--expect-sha256"))
+    if checksums_file is not None:
+        from bench.io import open_regular_file
+
+        with open_regular_file(Path(checksums_file), "checksums file", "give a sha256sum-format file") as f:
+            text = f.read(1 << 20).decode("utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            sha256, _, file = line.strip().partition(" ")
+            named.append((file.strip().lstrip("*"), sha256, f"{checksums_file}, line {number}"))
+    pins: dict[str, str] = {}
+    for file, sha256, where in named:
+        if not SHA256.fullmatch(sha256):
+            raise ConfigError(f"{terminal_text(where)}: {terminal_text(sha256)!r} is not a sha256 (64 hexadecimal "
+                              "digits)")
+        matches = _matching_files(file)
+        if len(matches) > 1:
+            raise ConfigError(f"{terminal_text(where)}: {terminal_text(file)!r} names several competition files "
+                              f"({', '.join(m.path for m in matches)}); give more of its path")
+        if not matches:
+            if where == "--expect-sha256":
+                raise ConfigError(f"--expect-sha256: {terminal_text(file)!r} is no competition task's file; name it "
+                                  "by its path on the mirror (as eval-phase/eval_data/cifar_probs.csv) or its file "
+                                  "name")
+            continue
+        url = matches[0].official_url
+        if pins.get(url, sha256.lower()) != sha256.lower():
+            raise ConfigError(f"{terminal_text(where)}: a second, different sha256 for {matches[0].path}")
+        pins[url] = sha256.lower()
+    return pins

@@ -26,6 +26,7 @@ from bench.arguments import SEED_LIMIT
 from bench.budget import budget_label
 from bench.errors import COMMAND_LINE, BenchError, ConfigError, DamagedFile, Spelling, cannot_write, shown
 from bench.io import atomic_write_bytes, exclusive, json_bytes, json_depth, npz_bytes, read_json, read_npz
+from bench.trust import FETCHED_LEVELS, RECORDED_LEVELS
 
 RESULT = "result.json"
 PREDICTIONS = "predictions.npz"
@@ -202,7 +203,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
 
 OPTIONAL_FIELD_TYPES: dict[str, tuple[type, ...]] = {"environment": (dict,), "resolved": (dict,),
                                                       "noise_floor": (dict,), "rehearsal": (dict,),
-                                                      "resumed": (list,)}
+                                                      "resumed": (list,), "trust": (dict,)}
 """Fields a record holds as null or of these types (records of older versions lack them); the optional text fields
 (label, method_source, finished_at, architecture_change) are checked as text of their own length."""
 
@@ -371,6 +372,7 @@ def check_record(result: dict, path: Path) -> None:
         raise DamagedFile(f"{path}: predictions_sha256 must be null or 64 lowercase hexadecimal digits")
     _check_rehearsal(result.get("rehearsal"), path)
     _check_resumed(result.get("resumed"), result["epochs_used"], path)
+    _check_trust(result.get("trust"), path)
     _check_method(result, path)
 
 
@@ -398,6 +400,32 @@ def _check_resumed(resumed, epochs_used, path: Path) -> None:
             raise DamagedFile(f"{path}: resumed must be null or at most {MAX_RESUMES:,} entries of from_epochs (in "
                               "order, at most the epochs used) and same_numerics (true or false)")
         previous = entry["from_epochs"]
+
+
+MAX_TRUSTED_FILES = 16
+"""The most data files a record's ``trust`` lists (a competition task has at most four)."""
+MAX_URL_CHARS = 300
+"""The longest URL of a data file a record's ``trust`` names (the official ones are under 100 characters)."""
+
+
+def _check_trust(trust, path: Path) -> None:
+    """A record's ``trust`` (:func:`bench.tasks.competition.files_trust`): absent or null in a record of an older
+    version (its readers say ``unknown``), else how the reference it was scored against and each fetched data file, by
+    URL, were trusted (:mod:`bench.trust`), each with its sha256. Its form only: ``submit`` stores the trust of the
+    submitter's own files (:attr:`leaderboard.submission.CheckedRun.trust`), not the record's word."""
+    if trust is None:
+        return
+
+    def sound(entry, levels) -> bool:
+        return (isinstance(entry, dict) and set(entry) == {"trust", "sha256"} and entry["trust"] in levels
+                and isinstance(entry["sha256"], str) and SHA256_HEX.fullmatch(entry["sha256"]) is not None)
+
+    data = trust.get("data")
+    if not (set(trust) == {"reference", "data"} and sound(trust["reference"], RECORDED_LEVELS)
+            and isinstance(data, dict) and len(data) <= MAX_TRUSTED_FILES
+            and all(printable(url, MAX_URL_CHARS) and sound(entry, FETCHED_LEVELS) for url, entry in data.items())):
+        raise DamagedFile(f"{path}: trust must be null or hold the reference's and at most {MAX_TRUSTED_FILES} data "
+                          f"files' trust levels ({', '.join(RECORDED_LEVELS)}) with their sha256")
 
 
 def _check_rehearsal(rehearsal, path: Path) -> None:

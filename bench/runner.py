@@ -36,6 +36,7 @@ from bench.progress import SCORING, phase
 from bench.budget import BudgetMeter, MeteredData
 from bench.errors import COMMAND_LINE, BenchError, ConfigError, Spelling, shown
 from bench.tasks import Task, get_task
+from bench.tasks.competition import files_trust
 from reference.store import Reference, load_reference
 
 
@@ -390,6 +391,7 @@ def run(spec: RunSpec, on_progress: Callable[[float], None] | None = None) -> di
             "git": checkout,
             "command": spec.command,
             "reference": {"sha256": reference.sha256, "key": reference.key},
+            "trust": files_trust(task, reference.sha256),
             "predictions_sha256": records.predictions_sha256(predictions),
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             **({} if spec.rehearsal is None else {"rehearsal": rehearsal.described(task, device)}),

@@ -52,6 +52,7 @@ from bench.errors import BenchError, ConfigError, DamagedFile, FailedElsewhere, 
 from bench.executors import OTHER_KERNELS, Isolated, Isolations, isolates, other_kernels_differ, usable_cores
 from bench.progress import current_observer, run_title
 from bench.runner import environment, fit_and_predict, metered, numerics_changes, planned, resolved_config
+from bench.trust import summary
 from leaderboard.gate.statistics import block_sizes
 from leaderboard.ranking import PRIMARY
 from leaderboard.store import RunRow
@@ -84,10 +85,14 @@ class Verification:
     detail: str
     threads: int
     """torch's threads in the re-execution."""
+    trust: str = ""
+    """How the files it was verified against (the reference, the fetched data) are trusted
+    (:func:`bench.trust.summary`)."""
 
     def line(self) -> str:
         return (f"{self.folder}: {'verified' if self.passed else 'NOT VERIFIED'} ({self.mode}, {self.threads} torch "
-                f"thread{'s' if self.threads != 1 else ''}): {self.detail}")
+                f"thread{'s' if self.threads != 1 else ''}): {self.detail}"
+                + (f"; scored against {self.trust}" if self.trust else ""))
 
 
 OWN_SEED = "its own seed"
@@ -145,11 +150,12 @@ class _Elsewhere:
     changes: dict | None
     epochs_used: float
     threads: int
+    trust: str
 
     def verdict(self, mode: str, passed: bool, detail: str) -> Verification:
         return Verification(self.folder, mode, passed and not self.problems,
                             "; ".join([detail, *self.problems, _not_bitwise(self.changes)])
-                            + f"; epochs used {self.epochs_used:g}", self.threads)
+                            + f"; epochs used {self.epochs_used:g}", self.threads, self.trust)
 
 
 def _recorded(folder: Path) -> dict:
@@ -426,7 +432,7 @@ def _first_look(folder: Path, cache: Path | None, method: str | None) -> "Verifi
                         f"{shown(change)} re-executed")
     if result["resolved"] != records.as_recorded(resolved):  # a method of one's own: the validator cannot plan it
         problems.append(f"resolved settings {records.differences(result['resolved'], records.as_recorded(resolved))}")
-    threads = torch.get_num_threads()
+    threads, trust = torch.get_num_threads(), summary(run.trust)
     if changes == {} and recorded is None:
         same = records.predictions_sha256(predictions) == digest
         detail = "predictions' sha256 equal" if same else "the re-executed predictions' sha256 differs from the record's"
@@ -437,23 +443,24 @@ def _first_look(folder: Path, cache: Path | None, method: str | None) -> "Verifi
             except SubmissionError as error:
                 problems.append(str(error))
         return Verification(folder, "bitwise", same and not problems,
-                            "; ".join([detail, *problems]) + f"; epochs used {epochs_used:g}", threads)
+                            "; ".join([detail, *problems]) + f"; epochs used {epochs_used:g}", threads, trust)
     if changes == {}:
         differing = int(np.sum(predictions != recorded))
         detail = ("predictions bitwise equal" if not differing else
                   f"{differing} of {recorded.size} prediction values differ (largest by "
                   f"{np.max(np.abs(predictions - recorded)):.3g})")
         return Verification(folder, "bitwise", not differing and not problems,
-                            "; ".join([detail, *problems]) + f"; epochs used {epochs_used:g}", threads)
+                            "; ".join([detail, *problems]) + f"; epochs used {epochs_used:g}", threads, trust)
     now = _metric_values(scored(task, run.reference, predictions))
     claimed = _claims(result) if recorded is None else _metric_values(run.scored)
     if set(claimed) != set(now) or not all(records.finite_number(value) for value in claimed.values()):
         return Verification(folder, "cross-environment", False, "the record's metrics are not the ones its task "
-                            f"gives ({len(claimed)} claimed, {len(now)} computed); {_not_bitwise(changes)}", threads)
+                            f"gives ({len(claimed)} claimed, {len(now)} computed); {_not_bitwise(changes)}", threads,
+                            trust)
     sizes = block_sizes(task)
     return _Elsewhere(folder, _configuration(result, method), task.kind, seed, claimed, now, sizes,
                       method or result.get("method_source") or result["method"], tuple(problems), changes,
-                      epochs_used, threads)
+                      epochs_used, threads, trust)
 
 
 def _metric_values(scored: dict[str, dict[str, float]]) -> dict[tuple[str, str], float]:

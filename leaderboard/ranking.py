@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.stats
 
+from bench.trust import UNVERIFIED_MARK, UNVERIFIED_NOTE, scored_unverified
 from leaderboard.store import OVERALL_BLOCK, RunRow
 
 STD_DDOF = 1
@@ -216,6 +217,9 @@ class Entry:
     """The submitters' notes (distinct, empty ones left out), and what the method warned of each seed's run
     (:data:`METHOD_WARNED`)."""
     reliability: list[dict] = field(default_factory=list)
+    unverified_files: bool = False
+    """Some seed was scored against a file no published or supplied sha256 vouches for (trusted on first use, or its
+    trust not recorded: :func:`bench.trust.scored_unverified`); a row that says nothing of its trust (None) is not."""
     verified: int = 0
     """How many of the entry's seeds were re-executed and reproduced (``submit --verify``)."""
     verified_how: dict[str, int] = field(default_factory=dict)
@@ -278,6 +282,9 @@ class Entry:
             self.notes.add(f"{METHOD_WARNED} (seed {row.seed}): {warning}")
         if row.reliability is not None:
             self.reliability.append(row.reliability)
+        if row.trust is not None and scored_unverified(row.trust):
+            self.unverified_files = True
+            self.notes.add(UNVERIFIED_NOTE)
         self.verified += row.verified
         if row.verified:
             how = row.verification or VERIFIED_HOW_UNKNOWN
@@ -506,9 +513,12 @@ def entry_name(entry: Entry, quote: Callable[[str], str] = str) -> str:
 
 
 def entry_label(entry: Entry, quote: Callable[[str], str] = str) -> str:
-    """:func:`entry_name`, with :data:`CHANGED_NETWORK_MARK` where the entry changed the task's network."""
+    """:func:`entry_name`, with :data:`CHANGED_NETWORK_MARK` where the entry changed the task's network and
+    :data:`bench.trust.UNVERIFIED_MARK` where it was scored against a file no one verified."""
     name = entry_name(entry, quote)
-    return name if entry.architecture_change is None else f"{name} {CHANGED_NETWORK_MARK}"
+    if entry.architecture_change is not None:
+        name = f"{name} {CHANGED_NETWORK_MARK}"
+    return f"{name} {UNVERIFIED_MARK}" if entry.unverified_files else name
 
 
 def changed_network_notes(track: Track, quote: Callable[[str], str] = str) -> list[str]:

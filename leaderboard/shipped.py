@@ -36,6 +36,7 @@ import numpy as np
 
 from bench import records
 from bench.errors import BenchError, DamagedFile
+from bench.trust import OURS
 from leaderboard.ranking import PRIMARY, entry_label, tracks
 from leaderboard.render import apart_text, estimate_text, floor_text, rank_text, seeds_needed_text
 from leaderboard.store import OVERALL_BLOCK, RunRow
@@ -381,7 +382,10 @@ def _row(result: dict, folder: Path, kind: str, noise_floor: dict | None, spread
         submitted_at=result.get("finished_at") or "", metrics={OVERALL_BLOCK: result["metrics"],
                                                                **result["metrics_by_block"]},
         architecture_change=result.get("architecture_change"), label=LABEL, noise_floor_spread=spread,
-        warnings=records.method_warnings(result))
+        warnings=records.method_warnings(result),
+        # an installed task's record: scored against bdl-bench's own reference, whose sha256 rows() checked
+        trust=result.get("trust") or {"reference": {"trust": OURS, "sha256": result["reference"]["sha256"]},
+                                      "data": {}})
 
 
 def readme_table(shipped: list[RunRow]) -> str:

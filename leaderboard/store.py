@@ -110,6 +110,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN noise_floor_spread_json TEXT;
     ALTER TABLE runs ADD COLUMN warnings_json TEXT
     """,
+    # 6 -> 7: how the files a run was scored against were trusted (bench.trust, as a record's `trust`), NULL where not
+    # recorded.
+    """
+    ALTER TABLE runs ADD COLUMN trust_json TEXT
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -171,6 +176,9 @@ class RunRow:
     """How far an exact run may score from each of ``noise_floor`` (the reference's metadata), as it is keyed."""
     warnings: tuple[str, ...] = ()
     """What the method warned of its own run (its record's ``method_report["warnings"]``: a target not reached)."""
+    trust: dict | None = None
+    """How the reference and data files it was scored against were trusted where it was submitted (a record's
+    ``trust``, :mod:`bench.trust`); None where not recorded (before schema version 7)."""
 
     @property
     def key(self) -> tuple:
@@ -310,15 +318,16 @@ class Store:
                     "reference_sha256, config_hash, config_json, source, predictions_sha256, epochs_used, "
                     "test_passes, wall_seconds, device, versions_json, noise_floor_json, reliability_json, "
                     "submitter, notes, finished_at, submitted_at, verified, architecture_change, label, "
-                    "verification, noise_floor_spread_json, warnings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "verification, noise_floor_spread_json, warnings_json, trust_json) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (row.task, row.task_version, row.task_fingerprint, row.task_kind, row.method, row.budget,
                      row.seed, row.reference_sha256, row.config_hash, _json(row.config), row.source,
                      row.predictions_sha256, row.epochs_used, row.test_passes, row.wall_seconds, row.device,
                      _json(row.versions), _json(row.noise_floor), _json(row.reliability), row.submitter,
                      row.notes, row.finished_at, row.submitted_at, int(row.verified),
                      row.architecture_change, row.label, row.verification if row.verified else None,
-                     _json(row.noise_floor_spread), _json(list(row.warnings)) if row.warnings else None)).lastrowid
+                     _json(row.noise_floor_spread), _json(list(row.warnings)) if row.warnings else None,
+                     _json(row.trust))).lastrowid
                 db.executemany("INSERT INTO metrics (run_id, block, name, value) VALUES (?, ?, ?, ?)",
                                [(run_id, block, name, value) for block, values in row.metrics.items()
                                 for name, value in values.items()])
@@ -610,4 +619,5 @@ def _row_of(record: sqlite3.Row, metrics: dict[str, dict[str, float]]) -> RunRow
         label=record["label"] if "label" in record.keys() else None,
         verification=record["verification"] if "verification" in record.keys() else None,
         noise_floor_spread=loaded("noise_floor_spread_json") if "noise_floor_spread_json" in record.keys() else None,
-        warnings=tuple(loaded("warnings_json") or ()) if "warnings_json" in record.keys() else ())
+        warnings=tuple(loaded("warnings_json") or ()) if "warnings_json" in record.keys() else (),
+        trust=loaded("trust_json") if "trust_json" in record.keys() else None)

@@ -45,7 +45,7 @@ from bench.io import open_regular_file, read_regular_file
 from bench.records import MAX_NAME_CHARS
 from bench.runner import score
 from bench.tasks import PREDICTIVE_SAMPLES, Task, get_task
-from bench.tasks.competition import SUBMISSION_FILES
+from bench.tasks.competition import SUBMISSION_FILES, files_trust
 from leaderboard import reliability
 from leaderboard.store import OVERALL_BLOCK, RunRow
 from reference.store import Reference, load_reference
@@ -278,6 +278,12 @@ class CheckedRun:
     reference: Reference
     predictions: np.ndarray | None
     scored: dict[str, dict[str, float]] | None
+
+    @property
+    def trust(self) -> dict:
+        """How the files it was checked against are trusted here: the reference and the fetched data (the cache's
+        manifest; :func:`bench.tasks.competition.files_trust`)."""
+        return files_trust(self.task, self.reference.sha256)
 
 
 CURRENT_CLAIMS = ("predictions_sha256", "resolved", "environment")
@@ -523,7 +529,7 @@ def score_run(folder: Path, submitter: str, notes: str = "", cache: Path | None 
         submitter=submitter, notes=notes, finished_at=str(result.get("finished_at", "")) or None,
         submitted_at=_now(), metrics=run.scored, verified=False, verification=None,
         architecture_change=result.get("architecture_change"), label=result.get("label"),
-        warnings=records.method_warnings(result))
+        warnings=records.method_warnings(result), trust=run.trust)
 
 
 def _safe_member_name(name: str, archive: Path) -> str:
@@ -599,7 +605,8 @@ def score_competition_zip(path: Path, method: str, budget: float, seed: int, sub
                 noise_floor=reference.metadata.get("noise_floor"), reliability=_reliability(task, predictions),
                 noise_floor_spread=reference.metadata.get("noise_floor_spread"),
                 submitter=submitter, notes=notes, finished_at=None, submitted_at=_now(),
-                metrics=scored(task, reference, predictions), label=label))
+                metrics=scored(task, reference, predictions), label=label,
+                trust=files_trust(task, reference.sha256)))
     return rows
 
 
@@ -685,9 +692,11 @@ class InstalledReferences:
 def with_current_floors(rows: list[RunRow], installed: InstalledReferences | None = None) -> list[RunRow]:
     """``rows`` with the noise floor, and its spread, of the reference installed here wherever they were scored
     against it (the floor a row stored is the one its reference published when it was submitted; a reference's floor
-    can be recomputed to a better definition while its predictive, and so every score, stays the same). ``installed``:
+    can be recomputed to a better definition while its predictive, and so every score, stays the same), and the trust
+    of their files said (``unknown`` for a fetched task's row stored without it). ``installed``:
     the tasks and references already loaded for this board, shared with :func:`leaderboard.shipped.rows`."""
     from bench.tasks import EMBEDDED
+    from bench.trust import OURS, UNKNOWN
 
     installed = InstalledReferences() if installed is None else installed
     floors: dict[tuple[str, str], tuple[dict | None, dict | None]] = {}
@@ -703,5 +712,10 @@ def with_current_floors(rows: list[RunRow], installed: InstalledReferences | Non
                 if reference is not None and reference.sha256 == row.reference_sha256 \
                 else (row.noise_floor, row.noise_floor_spread)
         floor, spread = floors[key]
-        refreshed.append(dataclasses.replace(row, noise_floor=floor, noise_floor_spread=spread))
+        trust = row.trust
+        if trust is None:  # a row stored before rows said how their files were trusted: an installed task's reference
+            # is ours (submit checked its sha256 against the registry); a fetched task's files' trust is not known
+            trust = {"reference": {"trust": OURS if row.task in EMBEDDED else UNKNOWN, "sha256": row.reference_sha256},
+                     "data": {}}
+        refreshed.append(dataclasses.replace(row, noise_floor=floor, noise_floor_spread=spread, trust=trust))
     return refreshed

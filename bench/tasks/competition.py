@@ -37,6 +37,7 @@ from bench.io import HASH_CHUNK_BYTES, open_regular_file, read_json
 from bench.likelihoods import Categorical, HeteroscedasticGaussian, Likelihood
 from bench.tasks import models
 from bench.tasks.base import Task, TestBlock
+from bench.trust import FETCHED_LEVELS, OURS
 
 DATA_URL = "https://storage.googleapis.com/neurips2021_bdl_competition/"
 REFERENCE_URL = "https://raw.githubusercontent.com/izmailovpavel/neurips_bdl_starter_kit/main/"
@@ -237,7 +238,6 @@ def task_folder(name: str, cache: Path | str | None = None) -> Path:
     return resolve_cache(cache) / "tasks" / name
 
 
-TRUST_KINDS = ("official", "first use")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -287,13 +287,13 @@ def manifest_problem(name: str, manifest: dict) -> str | None:
     if not (isinstance(reference, dict) and reference.get("url") == spec.reference.official_url
             and reference.get("key") == spec.reference_key and reference.get("array") == REFERENCE_ARRAY
             and _is_sha256(reference.get("sha256")) and _is_sha256(reference.get("array_sha256"))
-            and reference.get("trust") in TRUST_KINDS and _is_shape(reference.get("shape"))):
+            and reference.get("trust") in FETCHED_LEVELS and _is_shape(reference.get("shape"))):
         return "the entry of the reference is malformed"
     files = manifest.get("files")
     if not isinstance(files, dict) or set(files) != {remote.official_url for remote in spec.remotes()}:
         return "its downloaded files are not the task's"
     for url, entry in files.items():
-        if not (isinstance(entry, dict) and _is_sha256(entry.get("sha256")) and entry.get("trust") in TRUST_KINDS
+        if not (isinstance(entry, dict) and _is_sha256(entry.get("sha256")) and entry.get("trust") in FETCHED_LEVELS
                 and _is_count(entry.get("bytes"))):
             return f"the entry of {url} is malformed"
     return None
@@ -311,6 +311,28 @@ def read_manifest(name: str, cache: Path | str | None = None) -> dict | None:
     if problem:
         raise DamagedFile(f"{path}: the {what} is damaged ({problem}); {repair_hint(name, cache)}")
     return manifest
+
+
+def manifest_trust(manifest: dict) -> dict:
+    """A run record's ``trust`` field for a run on the fetched task of ``manifest``: how its reference and each of its
+    data files (by official URL) were trusted, with their sha256 (:mod:`bench.trust`)."""
+    reference = manifest["reference"]
+    return {"reference": {"trust": reference["trust"], "sha256": reference["sha256"]},
+            "data": {url: {"trust": entry["trust"], "sha256": entry["sha256"]}
+                     for url, entry in manifest["files"].items() if url != reference["url"]}}
+
+
+def files_trust(task: Task, reference_sha256: str) -> dict:
+    """The ``trust`` field of a run on ``task`` scored against the reference of sha256 ``reference_sha256``: a fetched
+    task's from its manifest (:func:`manifest_trust`), an installed task's (or a rehearsal's) bdl-bench's own reference
+    and no fetched data."""
+    if task.data_folder is None:
+        return {"reference": {"trust": OURS, "sha256": reference_sha256}, "data": {}}
+    manifest = read_manifest(task.name, task.data_folder.parents[1])
+    if manifest is None:
+        raise FetchError(f"the data of task {task.name} are no longer in {task.data_folder}; "
+                         f"{fetch_hint(task.name, task.data_folder.parents[1])}")
+    return manifest_trust(manifest)
 
 
 def fetch_hint(name: str, cache: Path | str | None) -> str:

@@ -36,6 +36,11 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
         folders[name] = out / name / "sgd" / "budget-1" / "seed-0"
         result = json.loads((folders[name] / "result.json").read_text())
         assert result["epochs_used"] == 1 and result["noise_floor"] is None
+        official = name not in ("cifar10c", "uci-gap")  # the fixture's official checksums: the three references'
+        assert result["trust"]["reference"] == {"trust": "official" if official else "first use",
+                                                "sha256": result["reference"]["sha256"]}
+        assert {entry["trust"] for entry in result["trust"]["data"].values()} == {"first use"}
+        assert len(result["trust"]["data"]) == len({s.remote for s in SPECS[name].arrays.values()})
         metrics = result["metrics"]
         if name == "uci-gap":
             assert {"w1", "w2", "competition_w"} <= set(metrics) and "rmse" not in metrics, "test labels are hidden"
@@ -52,6 +57,11 @@ def test_fetch_run_score_and_export_every_competition_task(file_server, official
     zip_path = tmp_path / "submission.zip"
     code, listing, err = run_cli("export-submission", *folders.values(), "--out", zip_path, "--cache", cache)
     assert code == 0, err
+    assert f"cifar10_probs.csv <- {folders['cifar10']} (scored against reference official, data first use (4 files))" \
+           in listing
+    assert f"uci_samples.csv <- {folders['uci-gap']} (scored against reference first use, data first use (1 file))" \
+           in listing
+    assert "first use: no published or supplied sha256: recorded at first download, unverified" in listing
     with zipfile.ZipFile(zip_path) as archive:
         assert sorted(archive.namelist()) == sorted(SUBMISSION_FILES.values())
         for name, file_name in SUBMISSION_FILES.items():
@@ -150,3 +160,45 @@ def test_export_refuses_what_the_competition_would_not_score(tmp_path, file_serv
     code, _, err = run_cli("export-submission", good, "--out", tmp_path / "x.zip", "--cache", cache)
     assert code == 2 and "not the official one" in err
     assert not (tmp_path / "x.zip").exists() and not (tmp_path / "y.zip").exists()
+
+
+def test_a_first_use_reference_is_shown_as_such_by_tasks_verify_and_the_board(file_server, official_files,
+                                                                              fixture_checksums, tmp_path,
+                                                                              monkeypatch, run_cli):
+    """UCI-Gap's reference has no official sha256: every command that shows it, or a run scored against it, says it
+    was trusted on first use, and pinning it to a supplied sha256 says pinned."""
+    import hashlib
+
+    from leaderboard.store import Store
+
+    monkeypatch.setattr(dl, "RETRY_PAUSE_SECONDS", 0.0)
+    file_server.files.update(official_files)
+    cache, out, db = tmp_path / "cache", tmp_path / "runs", tmp_path / "board.sqlite"
+    fetch = ("fetch", "--task", "uci-gap", "--cache", cache, "--data-url", file_server.url + "data/",
+             "--reference-url", file_server.url + "reference/", "--quiet")
+    assert run_cli(*fetch)[0] == 0
+    code, table, err = run_cli("tasks", "--cache", cache)
+    assert code == 0, err
+    row = next(line for line in table.splitlines() if line.startswith("uci-gap"))
+    assert "first use, ok" in row and "official" not in row
+    assert "uci-gap: reference first use, data first use (1 file)" in table
+
+    code, _, err = run_cli("--method", "sgd", "--budget", 1, "--task", "uci-gap", "--cache", cache, "--out", out,
+                           "--quiet")
+    assert code == 0, err
+    folder = out / "uci-gap" / "sgd" / "budget-1" / "seed-0"
+    code, said, err = run_cli("verify", folder, "--cache", cache, "--quiet")
+    assert code == 0, err
+    assert "verified" in said and "scored against reference first use, data first use (1 file)" in said
+
+    assert run_cli("submit", folder, "--name", "alice", "--cache", cache, "--db", db)[0] == 0
+    with Store(db, read_only=True) as store:  # the trust of the files submit checked the run against, in the cache
+        assert [row.trust for row in store.runs()] == [json.loads((folder / "result.json").read_text())["trust"]]
+    code, board, err = run_cli("leaderboard", "--db", db, "--no-shipped", "--task", "uci-gap")
+    assert code == 0, err
+    assert "| sgd \u2021 " in board and "scored against a file trusted on first use" in board
+
+    pinned = hashlib.sha256(official_files["reference/eval-phase/eval_data/uci_samples.csv"]).hexdigest()
+    assert run_cli(*fetch, "--expect-sha256", f"uci_samples.csv={pinned}")[0] == 0
+    code, table, err = run_cli("tasks", "--cache", cache)
+    assert "uci-gap: reference pinned, data first use (1 file)" in table

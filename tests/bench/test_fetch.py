@@ -199,3 +199,102 @@ def test_interrupted_install_leaves_the_previous_cache_whole(mirror, tmp_path, o
     monkeypatch.undo()
     assert cached_manifest("uci-gap", tmp_path) == before, "every array still matches the previous manifest"
     assert [p.name for p in (tmp_path / "tasks").iterdir()] == ["uci-gap"], "no staging or old folder is left"
+
+
+# Pinning a first-use file to a sha256 the user supplies (fetch --expect-sha256, --checksums)
+
+UCI_DATA, UCI_REFERENCE = "data/evaluation_phase/energy_anon.npz", "reference/eval-phase/eval_data/uci_samples.csv"
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fetch_cli(run_cli, mirror, cache, *extra):
+    url = mirror.server.url
+    return run_cli("fetch", "--task", "uci-gap", "--cache", cache, "--data-url", url + "data/", "--reference-url",
+                   url + "reference/", "--quiet", *extra)
+
+
+def _trust_levels(cache) -> tuple[dict, dict]:
+    """How the fetched uci-gap's files are trusted: (the manifest's, by file name; the cache's store, by file name)."""
+    manifest = json.loads((task_folder("uci-gap", cache) / "manifest.json").read_text())
+    store = json.loads((cache / "checksums.json").read_text())
+    return ({url.rsplit("/", 1)[-1]: entry["trust"] for url, entry in manifest["files"].items()},
+            {url.rsplit("/", 1)[-1]: entry.get("trust") for url, entry in store.items()})
+
+
+def test_a_supplied_sha256_pins_a_first_use_file(mirror, tmp_path, official_files, run_cli):
+    code, out, err = _fetch_cli(run_cli, mirror, tmp_path, "--expect-sha256",
+                                f"uci_samples.csv={_sha(official_files[UCI_REFERENCE])}",
+                                f"evaluation_phase/energy_anon.npz={_sha(official_files[UCI_DATA]).upper()}")
+    assert code == 0, err
+    assert _trust_levels(tmp_path) == ({"energy_anon.npz": "pinned", "uci_samples.csv": "pinned"},) * 2
+    assert "uci_samples.csv: sha256" in out and "pinned: matches the sha256 you supplied" in out
+    assert "trust on first use" not in out
+
+
+def test_a_file_that_is_not_the_pinned_one_is_one_line_exit_1_and_not_kept(mirror, tmp_path, official_files, run_cli):
+    code, _, err = _fetch_cli(run_cli, mirror, tmp_path, "--expect-sha256", f"uci_samples.csv={'0' * 64}")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "uci_samples.csv: sha256" in err and "does not match the sha256 you supplied (0000000000000000...)" in err
+    downloads = tmp_path / "downloads"
+    assert not (downloads / "eval-phase__eval_data__uci_samples.csv").exists(), "the bad file is not kept"
+    assert not task_folder("uci-gap", tmp_path).exists() and not (tmp_path / "checksums.json").exists()
+    # what the failed fetch leaves, and that the next fetch reuses it (issue 67)
+    size = len(official_files[UCI_DATA])
+    assert f"1 download(s) of uci-gap ({size:,} bytes) stay in {downloads}: evaluation_phase__energy_anon.npz; " \
+           "fetching again reuses them" in err
+    code, _, err = _fetch_cli(run_cli, mirror, tmp_path)
+    assert code == 0, err
+    assert mirror.server.ranges(UCI_DATA) == [None], "the data downloaded before the failure were reused"
+
+
+def test_a_failed_reference_download_says_which_data_downloads_stay(mirror, tmp_path, official_files, run_cli):
+    """CIFAR-10's data are gigabytes: a reference that cannot be downloaded leaves them, and the line says so."""
+    del mirror.server.files["reference/data/cifar10/probs.csv"]
+    url = mirror.server.url
+    code, _, err = run_cli("fetch", "--task", "cifar10", "--cache", tmp_path, "--data-url", url + "data/",
+                           "--reference-url", url + "reference/", "--quiet")
+    assert code == 2 and err.count("\n") == 1, err
+    kept = [f"cifar10_{split}_{part}.csv" for split in ("train", "test") for part in "xy"]  # in the task's order
+    assert sorted(p.name for p in (tmp_path / "downloads").iterdir()) == sorted(kept)
+    size = sum(len(official_files[f"data/{name}"]) for name in kept)
+    assert (f"4 download(s) of cifar10 ({size:,} bytes) stay in {tmp_path / 'downloads'}: "
+            f"{', '.join(kept)}; fetching again reuses them, or delete them to free the space") in err
+
+
+def test_a_checksums_file_pins_a_task_already_fetched_and_a_mismatch_removes_it(mirror, tmp_path, official_files,
+                                                                                 run_cli):
+    assert _fetch_cli(run_cli, mirror, tmp_path)[0] == 0
+    assert _trust_levels(tmp_path) == ({"energy_anon.npz": "first use", "uci_samples.csv": "first use"},) * 2
+    requests = len(mirror.server.requests)
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text(f"{_sha(official_files[UCI_REFERENCE])}  ./eval-phase/eval_data/uci_samples.csv\n"
+                    f"{'1' * 64} *some_other_file.bin\n")  # sha256sum's binary mark; a file of no task: skipped
+    code, out, err = _fetch_cli(run_cli, mirror, tmp_path, "--checksums", sums)
+    assert code == 0, err
+    assert len(mirror.server.requests) == requests, "a task already fetched is pinned without downloading"
+    assert _trust_levels(tmp_path) == ({"energy_anon.npz": "first use", "uci_samples.csv": "pinned"},) * 2
+    assert "uci_samples.csv: sha256" in out and "pinned" in out
+
+    sums.write_text(f"{'2' * 64}  energy_anon.npz\n")
+    code, _, err = _fetch_cli(run_cli, mirror, tmp_path, "--checksums", sums)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "does not match the one you supplied" in err and "was removed from the cache" in err
+    assert not task_folder("uci-gap", tmp_path).exists(), "a task converted from the bad file is not kept as trusted"
+    assert json.loads((tmp_path / "checksums.json").read_text()) == {}
+
+
+@pytest.mark.parametrize("given, said", [
+    (["--expect-sha256", f"probs.csv={'a' * 64}"], "names several competition files"),
+    (["--expect-sha256", "uci_samples.csv=abc"], "is not a sha256"),
+    (["--expect-sha256", f"nosuch.csv={'a' * 64}"], "is no competition task's file"),
+    (["--expect-sha256", f"cifar_probs.csv={'a' * 64}"], "a file of no task fetched now"),
+], ids=["ambiguous", "malformed", "unknown", "another-task"])
+def test_a_pin_that_names_no_file_of_the_fetch_is_refused_before_downloading(mirror, tmp_path, run_cli, given, said):
+    code, _, err = _fetch_cli(run_cli, mirror, tmp_path, *given)
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+    assert mirror.server.requests == []

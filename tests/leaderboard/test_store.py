@@ -168,7 +168,7 @@ def test_a_version_1_database_migrates_to_verified_flags_and_resubmitting_verifi
     raw.commit()
     raw.close()
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 6
+        assert db.schema_version == store.SCHEMA_VERSION == 7
         db.insert([row(0)])
         assert db.runs()[0].verified is False
         assert db.runs()[0].architecture_change is None
@@ -200,7 +200,7 @@ def test_a_version_3_database_is_read_without_labels_and_migrates_to_them(tmp_pa
     with Store(path, read_only=True) as db:
         assert db.schema_version == 3 and [r.label for r in db.runs()] == [None]
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 6
+        assert db.schema_version == store.SCHEMA_VERSION == 7
         assert [r.label for r in db.runs()] == [None]
         db.insert([row(0, method="sgd", label="tuned lr")])
         assert {r.method: r.label for r in db.runs()} == {"de": None, "sgd": "tuned lr"}
@@ -214,7 +214,7 @@ def test_a_version_5_database_is_read_without_floor_spreads_and_migrates_to_them
         assert db.schema_version == 5 and [(r.noise_floor_spread, r.warnings) for r in db.runs()] == [(None, ())]
     spread = {"all": {"w2": 0.001}}
     with Store(path) as db:
-        assert db.schema_version == store.SCHEMA_VERSION == 6
+        assert db.schema_version == store.SCHEMA_VERSION == 7
         db.insert([dataclasses.replace(row(0, method="sgd"), noise_floor_spread=spread)])
         assert {r.method: r.noise_floor_spread for r in db.runs()} == {"de": None, "sgd": spread}
 
