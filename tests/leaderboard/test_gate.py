@@ -694,3 +694,16 @@ def test_the_test_of_means_is_bracketed_at_its_tolerance(metric, sign, factor, f
     report = gate.compare(baseline, measured, statistical=True)
     assert report.tolerance == pytest.approx(tolerance, rel=1e-12) and len(report.findings) == 1
     assert bool(report.flagged) is flagged and report.passed is not flagged
+
+
+@pytest.mark.parametrize("values, moved, expected", [
+    ([1.0, 3.0, 2.0], [1.0, 3.0 + 2e-4, 2.0 + 1e-4], 10 * 2e-4),  # the kernels' most, on the second seed, binds
+    ([1.0, 30.0, 10.0], [1.0, 30.0, 10.0], 1e-4 * 30.0),  # round-off at the largest value, the second, binds
+], ids=["kernels-bind", "round-off-binds"])
+def test_a_seed_s_allowance_takes_the_most_over_the_seeds_wherever_it_is(values, moved, expected):
+    """Issue 66, blind spot 2: the most another CPU's kernels moved a seed, and the round-off of the largest value,
+    each on a seed that is not the first (std 0.001: its quarter does not bind)."""
+    from leaderboard.gate.statistics import seed_allowance
+
+    stats = {"values": values, "other_kernels": moved, "std": 1e-3, "floor": 0.0}
+    assert seed_allowance(stats, "w2", 100) == pytest.approx(expected, rel=1e-9)
