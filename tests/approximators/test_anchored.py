@@ -185,3 +185,16 @@ def test_a_budget_too_small_for_one_member_is_refused_when_the_run_is_planned(me
     with pytest.raises(BudgetExhausted, match="too small"):
         planned(METHODS[method], resolve_config(METHODS[method], "toy-gap", {}), problem, data)
     assert data.meter.epochs_used == 0
+
+
+@pytest.mark.parametrize("first, sequential", [(100, 2), (2, 100)], ids=["first-longer", "sequential-longer"])
+def test_sae_plans_the_schedule_of_its_longer_phase_whichever_it_is(first, sequential):
+    """Issue 66, blind spot 2: the plan counts the schedule of the longer of a chain's two phases, the first member's
+    or a sequential member's, which is the second of them in one case."""
+    from approximators import METHODS, resolve_config
+    from approximators.base import steps_for
+
+    cls = METHODS["sae"]
+    config = resolve_config(cls, "toy-gap", {"first_epochs": str(first), "sequential_epochs": str(sequential),
+                                              "chains": "1", "members_per_chain": "2"})
+    assert cls(config).footprint(1000, 400).schedule_steps == steps_for(100, 400, config.batch_size)
