@@ -6,6 +6,7 @@ themselves: a mutant that moves a p-value, an interval or a seed count without f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -126,3 +127,23 @@ def test_a_one_seed_entry_is_never_in_the_top_group():
         "single", around(0.5, 0.01), task="diabetes-gap", floor=None)
     standing = next(s for s in ranking.standings(ranking.tracks(one + other_task)) if s.entry.method == "single")
     assert (standing.tasks, standing.firsts) == (2, 0)
+
+
+# --- what makes a track and an entry: each condition alone ---------------------------------------------------------
+
+@pytest.mark.parametrize("field, other", [("task", "diabetes-gap"), ("task_version", 2), ("reference_sha256", "r2"),
+                                          ("budget", 20.0)])
+def test_each_field_of_a_track_alone_makes_another_track(field, other):
+    """Runs scored against another reference (or of another task, version or budget) are never ranked together."""
+    rows = rows_of("a", around(0.10, 0.01)) + [
+        dataclasses.replace(r, **{field: other}) for r in rows_of("b", around(0.20, 0.01))]
+    found = ranking.tracks(rows)
+    assert len(found) == 2 and all(len(track.entries) == 1 and track.entries[0].rank == 1 for track in found)
+
+
+@pytest.mark.parametrize("field, other", [("method", "b"), ("config_hash", "another"), ("label", "tuned")])
+def test_each_field_of_an_entry_alone_makes_another_entry(field, other):
+    rows = rows_of("a", around(0.10, 0.01)) + [
+        dataclasses.replace(r, **{field: other}) for r in rows_of("a", around(0.20, 0.01))]
+    entries = ranking.tracks(rows)[0].entries
+    assert [(len(e.seeds), e.rank) for e in entries] == [(3, 1), (3, 2)]
