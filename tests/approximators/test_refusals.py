@@ -42,6 +42,8 @@ CASES = [
     ("mc-dropout", {}, 0.5, 1, []),
     ("hmc", dict(leapfrog_steps=0, trajectory_length=1.0, chains=3), 5, 6, ["chains"]),
     ("hmc", dict(chains=2, leapfrog_steps=10), 95, 96, ["chains", "jitter", "burn_in", "leapfrog_steps"]),
+    # without burn-in the second of the rule's three terms binds: the initial gradients and two iterations
+    ("hmc", dict(chains=2, leapfrog_steps=10, burn_in=0.0), 49, 50, ["chains", "jitter", "leapfrog_steps"]),
 ]
 
 
