@@ -176,7 +176,7 @@ def test_a_run_s_progress_names_its_method_as_its_rows_do(run_cli, tmp_path, mon
 def test_a_worker_s_notes_name_its_method_as_the_worker_does(capsys, monkeypatch, spec, name):
     """The worker's own note (after a run) says the method's name; the note when its process ended said
     ``package.module:Class``: one run's notes named one method two ways."""
-    from bench import executors
+    from bench import descendants, executors
 
     class Connection:
         def __init__(self, messages):
@@ -204,7 +204,7 @@ def test_a_worker_s_notes_name_its_method_as_the_worker_does(capsys, monkeypatch
         Process(), spec
     worker.inside, worker.named = None, None
     assert worker.take() is None and worker.named == name
-    monkeypatch.setattr(worker, "end_left_behind", lambda: [4242])
+    monkeypatch.setattr(worker, "end_left_behind", lambda: [descendants.Killed(4242, "sleep", descendants.BELOW)])
     worker.stop(kill=False)
     err = capsys.readouterr().err
     assert f"note: method {name!r}:" in err and spec not in err
