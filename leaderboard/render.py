@@ -17,9 +17,17 @@ and the page explain each hash they show (a legend: what the configuration chang
 defaults, :mod:`leaderboard.configs`) and list each distinct submitter's note once, with the entries it came
 with; CSV and JSON carry the label, the config hash and the notes in their own fields.
 
-In the page's plots each method keeps one colour on every plot (from its place among the page's sorted
-method names), and each configuration of a method on a task its own marker shape; the y axis is logarithmic
-where the plotted means span more than a decade (:func:`svg.log_scale_wanted`).
+Markdown and the page open with one reading guide (:func:`guide`): what ranks, what each value and column means, how
+numbers are rounded; after it, each table says only where it differs from the guide (:func:`_table_notes`). Means and
+half-widths are shown to the decimal place of their standard error's first significant digit, epochs to four
+significant figures (:func:`estimate_text`, :func:`significant_text`); CSV and JSON keep every number at full
+precision. Where the board shows the shipped results beside the user's own entries (:func:`highlights_own`), the
+user's are set in bold in the tables and emphasised on the plots.
+
+In the page's plots each entry name keeps one look on every plot, from its place among the page's sorted entry
+names: a colour of a colour-blind-safe palette and a marker shape, which together tell apart 45 series
+(:func:`svg.series_style`); the y axis is logarithmic where the plotted means span more than a decade
+(:func:`svg.log_scale_wanted`).
 
 Stored text (method and task names, labels, submitters, devices, notes, block names, config hashes and
 configurations) came from submitters, so every format escapes it for its reader: :func:`csv_text` for
@@ -46,6 +54,7 @@ from leaderboard.ranking import (
     INTERVAL_RULE,
     PRIMARY,
     RANK_RULE,
+    ROUND_OFF,
     STD_DDOF,
     VERIFIED_RULE,
     Entry,
@@ -131,10 +140,53 @@ def md_text(text: str) -> str:
     return printable_text(text).translate(_MARKDOWN_ESCAPES)
 
 
-def estimate_text(values: list[float]) -> str:
-    """The mean and the half-width of its interval (:func:`ranking.estimate`), or the mean and ``n=1``."""
+SE_SIGNIFICANT_DIGITS = 1
+"""A mean and the half-width of its interval are shown to the decimal place of their standard error's first
+significant digit (a mean of 0.103247 shows as 0.103 where its standard error is 0.0013, as 0.1032 where it is
+0.0003): the standard error of n seeds is itself uncertain by about 1 / sqrt(2 (n - 1)) of its value (50% at 3 seeds,
+24% at 10), so its second digit, and every digit of the mean past its first, is noise."""
+UNMEASURED_DECIMALS = 4
+"""Decimals of a number no standard error sizes: a single seed's value, seeds that all gave one value, a noise
+floor."""
+EPOCH_SIGNIFICANT_DIGITS = 4
+"""Epochs used are shown to at most this many significant figures (9.108, not 9.10847): the meter's fractions of an
+epoch beyond them are batches, not a difference in cost."""
+NO_BREAK = "\u00a0"
+"""The page's space inside a ``mean ± half-width`` cell: a no-break space, so that a cell never wraps onto several
+lines however narrow the page (the table scrolls instead)."""
+
+
+def decimals_of(se: float, mean: float) -> int:
+    """The decimal place (negative: tens, hundreds) of ``se``'s :data:`SE_SIGNIFICANT_DIGITS`-th significant digit;
+    :data:`UNMEASURED_DECIMALS` where ``se`` is no spread (0, or round-off of ``mean``: ranking.ROUND_OFF)."""
+    if se <= ROUND_OFF * max(1.0, abs(mean)):
+        return UNMEASURED_DECIMALS
+    return SE_SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(se))
+
+
+def fixed_text(value: float, decimals: int) -> str:
+    """``value`` rounded to ``decimals`` decimal places (to tens, hundreds where negative), without an exponent."""
+    return f"{value:.{decimals}f}" if decimals >= 0 else f"{round(value, decimals):.0f}"
+
+
+def significant_text(value: float, digits: int = EPOCH_SIGNIFICANT_DIGITS) -> str:
+    """``value`` to at most ``digits`` significant figures, without an exponent or trailing zeros (10, 9.108,
+    12350)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    text = fixed_text(value, digits - 1 - math.floor(math.log10(abs(value))))
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def estimate_text(values: list[float], space: str = " ") -> str:
+    """The mean and the half-width of its interval (:func:`ranking.estimate`), both to the decimal place of the
+    standard error's first significant digit (:func:`decimals_of`), or the mean and ``n=1``; ``space`` separates
+    the parts (the page's :data:`NO_BREAK`)."""
     value = estimate(values)
-    return f"{value.mean:.4f} (n=1)" if value.half_width is None else f"{value.mean:.4f} ± {value.half_width:.4f}"
+    if value.half_width is None:
+        return f"{fixed_text(value.mean, UNMEASURED_DECIMALS)}{space}(n=1)"
+    decimals = decimals_of(value.se, value.mean)
+    return f"{fixed_text(value.mean, decimals)}{space}±{space}{fixed_text(value.half_width, decimals)}"
 
 
 def rank_text(entry: Entry) -> str:
@@ -181,16 +233,59 @@ def _optional_mean(values: list[float]) -> float | None:
     return mean_std(values)[0] if values else None
 
 
-def _explanation(kind: str) -> str:
-    return (f"Ranked by {primary_description(kind)}. Each value is {INTERVAL_RULE}; the seed count is in the seeds "
-            f"column. {RANK_RULE[0].upper()}{RANK_RULE[1:]}. {FLOOR_RULE[0].upper()}{FLOOR_RULE[1:]}. "
-            f"{VERIFIED_RULE[0].upper()}{VERIFIED_RULE[1:]}. The first row "
-            "is the reference's noise floor: the distance an independent run of the reference's sampler, as long and "
-            "as autocorrelated but exact, is expected to score against the reference")
+GUIDE_HEADING = "How to read the board"
+SHIPPED_SOURCE = "shipped"
+"""The ``source`` of an entry from the results shipped with bdl-bench (:mod:`leaderboard.shipped`)."""
+OWN_MARK = "in bold"
+"""How the Markdown and the page's tables set the user's own entries apart, as the guide words it."""
 
 
-def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
-    """The table of ``track``; ``quote`` escapes every stored text (names, devices, submitters) for the format."""
+def _sentence(rule: str) -> str:
+    return f"{rule[0].upper()}{rule[1:]}."
+
+
+def highlights_own(all_tracks: list[Track]) -> bool:
+    """Whether the board sets the user's own entries (any not from the shipped store) apart: only where it shows
+    shipped entries beside them, the only entries they need telling from."""
+    sources = {entry.source == SHIPPED_SOURCE for track in all_tracks for entry in track.entries}
+    return sources == {True, False}
+
+
+def is_own(entry: Entry, highlighted: bool) -> bool:
+    return highlighted and entry.source != SHIPPED_SOURCE
+
+
+def guide(all_tracks: list[Track]) -> str:
+    """How to read every table of the board, said once at its top: what ranks each kind of task the board holds, what
+    each value and column means and how numbers are rounded; a table says only where it differs
+    (:func:`_table_notes`)."""
+    kinds = sorted({track.kind for track in all_tracks})
+    ranked = "; ".join(f"{kind} tasks by {primary_description(kind)}" for kind in kinds)
+    own = (f" Your own entries (those not shipped with bdl-bench) are set {OWN_MARK}, and drawn with thicker lines "
+           "and outlined markers on the page's plots." if highlights_own(all_tracks) else "")
+    return (f"Each table is one task at one budget. Ranked: {ranked}. Each value is {INTERVAL_RULE}, both rounded to "
+            f"the decimal place of the first significant digit of its standard error ({UNMEASURED_DECIMALS} "
+            "decimals where there is none: one seed, seeds that all agree, the noise floor); the seed count is in "
+            f"the seeds column. {_sentence(RANK_RULE)} {_sentence(FLOOR_RULE)} {_sentence(VERIFIED_RULE)} The "
+            "first row is the reference's noise floor: the distance an independent run of the reference's sampler, "
+            "as long and as autocorrelated but exact, is expected to score against the reference. Epochs used and "
+            f"wall s: means over the seeds (epochs to at most {EPOCH_SIGNIFICANT_DIGITS} significant figures). "
+            f"{BLOCKS_EXPLANATION}.{own}")
+
+
+NO_FLOOR_NOTE = "This task's reference publishes no noise floor: within floor is n/a for every entry"
+
+
+def _table_notes(track: Track) -> list[str]:
+    """What the guide does not say of ``track``'s table: that its reference publishes no noise floor."""
+    published = any(track.floor(metric) is not None for metric in track.metric_names)
+    return [] if published else [NO_FLOOR_NOTE]
+
+
+def _display_rows(track: Track, quote: Callable[[str], str] = str, space: str = " ",
+                  own: Callable[[str], str] | None = None) -> list[dict]:
+    """The table of ``track``; ``quote`` escapes every stored text (names, devices, submitters) for the format,
+    ``space`` separates a value's parts (:func:`estimate_text`), ``own`` marks the name of a user's own entry."""
     names = track.metric_names
     floor = {"rank": "", "method": FLOOR_ROW, "seeds": "",
              **{quote(m): ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
@@ -198,11 +293,13 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]
     rows = [floor]
     for entry in track.entries:
         epochs, wall = _optional_mean(entry.epochs_used), _optional_mean(entry.wall_seconds)
-        rows.append({"rank": rank_text(entry), "method": entry_label(entry, quote), "seeds": len(entry.seeds),
-                     **{quote(m): estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
+        name = entry_label(entry, quote)
+        rows.append({"rank": rank_text(entry), "method": own(name) if own is not None and entry.source
+                     != SHIPPED_SOURCE else name, "seeds": len(entry.seeds),
+                     **{quote(m): estimate_text(entry.metrics[m], space) if m in entry.metrics else "" for m in names},
                      "told from #1": apart_text(entry), "seeds needed": seeds_needed_text(entry),
                      "within floor": floor_text(entry.within_floor),
-                     "epochs used": "declared" if epochs is None else f"{epochs:g}",
+                     "epochs used": "declared" if epochs is None else significant_text(epochs),
                      "verified": quote(verified_text(entry)),
                      "wall s": "" if wall is None else f"{wall:.1f}",
                      "device": ", ".join(quote(d) for d in sorted(entry.devices)),
@@ -214,9 +311,10 @@ BLOCKS_EXPLANATION = ("Per test block: the same statistics on each part of the t
                       "test set, each block's noise floor first")
 
 
-def _block_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
-    """The table of ``track``'s entries on each test block (``quote``: as for :func:`_display_rows`); the seeds are
-    those of the table of the whole test set."""
+def _block_rows(track: Track, quote: Callable[[str], str] = str, space: str = " ",
+                own: Callable[[str], str] | None = None) -> list[dict]:
+    """The table of ``track``'s entries on each test block (``quote``, ``space``, ``own``: as for
+    :func:`_display_rows`); the seeds are those of the table of the whole test set."""
     names = track.metric_names
     rows = []
     for block in track.blocks:
@@ -225,8 +323,10 @@ def _block_rows(track: Track, quote: Callable[[str], str] = str) -> list[dict]:
                         for m in names}})
         for entry in track.entries:
             values = entry.metrics_by_block.get(block, {})
-            rows.append({"block": quote(block), "rank": rank_text(entry), "method": entry_label(entry, quote),
-                         **{quote(m): estimate_text(values[m]) if values.get(m) else "" for m in names}})
+            name = entry_label(entry, quote)
+            rows.append({"block": quote(block), "rank": rank_text(entry),
+                         "method": own(name) if own is not None and entry.source != SHIPPED_SOURCE else name,
+                         **{quote(m): estimate_text(values[m], space) if values.get(m) else "" for m in names}})
     return rows
 
 
@@ -278,9 +378,11 @@ SUMMARY_EXPLANATION = ("Per budget held by two or more tasks: each method config
                        "ranked only on the tasks it ran")
 
 
-def _summary_rows(found: list[Standing], quote: Callable[[str], str] = str) -> list[dict]:
-    """The summary across tasks (``quote``: as for :func:`_display_rows`)."""
-    return [{"budget": f"{s.budget:g}", "method": entry_name(s.entry, quote), "tasks": s.tasks,
+def _summary_rows(found: list[Standing], quote: Callable[[str], str] = str,
+                  own: Callable[[str], str] | None = None) -> list[dict]:
+    """The summary across tasks (``quote``, ``own``: as for :func:`_display_rows`)."""
+    return [{"budget": f"{s.budget:g}", "method": own(entry_name(s.entry, quote)) if own is not None
+             and s.entry.source != SHIPPED_SOURCE else entry_name(s.entry, quote), "tasks": s.tasks,
              "mean rank": f"{s.mean_rank:.2f}", "ranks": f"{min(s.ranks)}–{max(s.ranks)}",
              "top group": f"{s.firsts}/{s.tasks}",
              "within floor": "n/a" if s.floors == 0 else f"{s.within_floor}/{s.floors}"} for s in found]
@@ -302,26 +404,33 @@ def _heading(track: Track, quote: Callable[[str], str] = str) -> str:
     return f"{quote(track.task)} v{track.task_version}, budget {track.budget:g} epochs"
 
 
+def _bold(name: str) -> str:
+    """A user's own entry's name (escaped already) in Markdown's bold: a ``*`` of the name's own can change the
+    emphasis, never the table (:func:`md_text`)."""
+    return f"**{name}**"
+
+
 def markdown(all_tracks: list[Track], on_track: Callable[[int, int], None] | None = None) -> str:
     """Every stored text goes through :func:`md_text`: a name cannot add a column, a row or HTML. Lines that
     hold stored text start with text of ours (a table's ``|``, a list item's ``- **``), so none can become a
     heading, a quote or a link definition. ``on_track`` hears (tracks written, tracks) as each is written."""
-    parts = []
+    own = _bold if highlights_own(all_tracks) else None
+    parts = [f"## {GUIDE_HEADING}\n\n{guide(all_tracks)}\n"]
     found = standings(all_tracks)
     if found:
         parts.append(f"## {SUMMARY_HEADING}\n\n{SUMMARY_EXPLANATION}.\n")
-        parts.append(tabulate(_summary_rows(found, md_text), headers="keys", tablefmt="github",
+        parts.append(tabulate(_summary_rows(found, md_text, own), headers="keys", tablefmt="github",
                               disable_numparse=True) + "\n")
     for index, track in enumerate(all_tracks):
         if on_track is not None:
             on_track(index, len(all_tracks))
-        parts.append(f"## {_heading(track, md_text)}\n\n{_explanation(track.kind)}.\n")
-        parts.append(tabulate(_display_rows(track, md_text), headers="keys", tablefmt="github",
+        parts.append(f"## {_heading(track, md_text)}\n")
+        parts.extend(f"{note}.\n" for note in _table_notes(track))
+        parts.append(tabulate(_display_rows(track, md_text, own=own), headers="keys", tablefmt="github",
                               disable_numparse=True) + "\n")
         parts.extend(note + "\n" for note in changed_network_notes(track, md_text))
         if track.blocks:
-            parts.append(f"{BLOCKS_EXPLANATION}.\n")
-            parts.append(tabulate(_block_rows(track, md_text), headers="keys", tablefmt="github",
+            parts.append(tabulate(_block_rows(track, md_text, own=own), headers="keys", tablefmt="github",
                                   disable_numparse=True) + "\n")
         legend = _configuration_legend(track, md_text)
         if legend:
@@ -449,15 +558,20 @@ def as_csv(all_tracks: list[Track]) -> str:
     return buffer.getvalue()
 
 
-def _styles(task_tracks: list[Track], methods: list[str]) -> dict[tuple, svg.Style]:
-    """The look of each configuration on a task's plots, by entry identity: its method's colour from the method's
-    place in ``methods`` (the page's sorted method names, so a method has one colour on every plot of the page)
-    and a marker shape per configuration of the method on this task (by label, then config hash)."""
-    identities = sorted({e.identity for t in task_tracks for e in t.entries},
-                        key=lambda identity: (identity[0], identity[2] or "", identity[1]))
-    return {identity: svg.series_style(methods.index(identity[0]),
-                                       [i for i in identities if i[0] == identity[0]].index(identity))
-            for identity in identities}
+def _styles(task_tracks: list[Track], names: list[str], highlighted: bool) -> dict[tuple, svg.Style]:
+    """The look of each configuration on a task's plots, by entry identity: the style (:func:`svg.series_style`) of
+    its name's place in ``names`` (the page's sorted entry names, so a name looks the same on every plot of the page),
+    emphasised where it is the user's own (:func:`is_own`). Two configurations of one name on a task (a label given
+    twice) take the places after the page's names, so no two series of a plot look alike."""
+    entries = {e.identity: e for t in task_tracks for e in t.entries}
+    styles, taken, extra = {}, set(), len(names)
+    for identity in sorted(entries, key=lambda identity: (entry_name(entries[identity]), identity[1])):
+        place = names.index(entry_name(entries[identity]))
+        if place in taken:
+            place, extra = extra, extra + 1
+        taken.add(place)
+        styles[identity] = svg.series_style(place, emphasised=is_own(entries[identity], highlighted))
+    return styles
 
 
 def _fidelity_charts(task_tracks: list[Track], styles: dict[tuple, svg.Style]) -> list[str]:
@@ -500,13 +614,16 @@ def _reliability_chart(track: Track, styles: dict[tuple, svg.Style]) -> str | No
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+.table { overflow-x: auto; margin: 0.5em 0 1.5em; }
+table { border-collapse: collapse; font-size: 0.85em; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.45em; text-align: right; }
 th { background: #f2f2f2; }
 tbody tr.floor td { font-style: italic; color: #555; }
+tbody tr.own td { font-weight: bold; background: #fff4cc; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; }
 svg .title { font-size: 13px; font-weight: bold; }
 svg .tick, svg .legend { font-size: 11px; }
+svg .legend.own { font-weight: bold; }
 svg .label { font-size: 12px; }
 svg .frame { fill: none; stroke: #999; }
 svg .grid { stroke: #e5e5e5; }
@@ -515,47 +632,52 @@ svg .axis { stroke: #999; }
 """
 
 
-def _html_table(rows: list[dict]) -> str:
-    """tabulate's HTML table of ``rows`` (which escapes every cell), each noise-floor row (no rank, the method cell
-    :data:`FLOOR_ROW`) marked ``class="floor"`` for the page's style: the summary's rows are none, and a table of
-    test blocks has one per block."""
+def _html_table(rows: list[dict], own: list[bool] | None = None) -> str:
+    """tabulate's HTML table of ``rows`` (which escapes every cell) in a box that scrolls where the page is narrower,
+    each noise-floor row (no rank, the method cell :data:`FLOOR_ROW`) marked ``class="floor"`` for the page's style
+    (the summary's rows are none, and a table of test blocks has one per block), and each row ``own`` says is the
+    user's (:func:`is_own`) ``class="own"``."""
     table = tabulate(rows, headers="keys", tablefmt="html", disable_numparse=True)
     head, body = table.split("<tbody>", 1)
     before, *row_texts = body.split("<tr>")
     floors = {index for index, row in enumerate(rows) if row.get("rank") == "" and row.get("method") == FLOOR_ROW}
-    return (f"{head}<tbody>{before}"
-            + "".join(('<tr class="floor">' if index in floors else "<tr>") + text
-                      for index, text in enumerate(row_texts)))
+    mine = {index for index, flag in enumerate(own or []) if flag}
+    return (f'<div class="table">{head}<tbody>{before}'
+            + "".join(('<tr class="floor">' if index in floors else '<tr class="own">' if index in mine else "<tr>")
+                      + text for index, text in enumerate(row_texts)) + "</div>")
 
 
 def html_page(all_tracks: list[Track], on_track: Callable[[int, int], None] | None = None) -> str:
     """One HTML file with inline CSS and SVG: no script, no external resource. ``on_track`` hears (tracks written,
     tracks) as each task's plots and tables are written."""
-    methods = sorted({e.method for t in all_tracks for e in t.entries})
-    body = []
+    names = sorted({entry_name(e) for t in all_tracks for e in t.entries})
+    highlighted = highlights_own(all_tracks)
+    body = [f'<section id="guide"><h2>{GUIDE_HEADING}</h2><p>{escape(guide(all_tracks))}</p></section>']
     found = standings(all_tracks)
     if found:
         body.append(f'<section id="summary"><h2>{SUMMARY_HEADING}</h2><p>{escape(SUMMARY_EXPLANATION)}.</p>'
-                    + _html_table(_summary_rows(found, printable_text)) + "</section>")
+                    + _html_table(_summary_rows(found, printable_text),
+                                  [is_own(s.entry, highlighted) for s in found]) + "</section>")
     written = 0
     for (task, version, _), task_tracks in by_task(all_tracks).items():
         if on_track is not None:
             on_track(written, len(all_tracks))
         written += len(task_tracks)
-        styles = _styles(task_tracks, methods)
+        styles = _styles(task_tracks, names, highlighted)
         charts = _fidelity_charts(task_tracks, styles)
         diagram = _reliability_chart(task_tracks[-1], styles)
         body.append(f'<section id="{html_text(task)}"><h2>{html_text(task)} v{version}</h2>')
-        body.append(f"<p>{escape(_explanation(task_tracks[0].kind))}.</p>")
         body.append('<div class="charts">' + "".join(charts + ([diagram] if diagram else [])) + "</div>")
         for track in task_tracks:
+            own = [is_own(entry, highlighted) for entry in track.entries]
             body.append(f"<h3>{html_text(_heading(track))}</h3>")
-            body.append(_html_table(_display_rows(track, printable_text)))
+            body.extend(f"<p>{escape(note)}.</p>" for note in _table_notes(track))
+            body.append(_html_table(_display_rows(track, printable_text, NO_BREAK), [False, *own]))
             body.extend(f"<p>{html_text(note)}</p>" for note in changed_network_notes(track))
             if track.blocks:
-                body.append(f"<p>{escape(BLOCKS_EXPLANATION)}.</p>")
                 # The block's name comes first in its rows: a stored name must not read as a separating line.
-                body.append(_html_table(_block_rows(track, printable_text)))
+                body.append(_html_table(_block_rows(track, printable_text, NO_BREAK),
+                                        [flag for _ in track.blocks for flag in (False, *own)]))
             legend = _configuration_legend(track, html_text)
             if legend:
                 body.append(f"<p>{_legend_intro(track, html_text)}:</p>" + _html_list(legend))

@@ -14,15 +14,22 @@ from html import escape as html_escape
 PALETTE = ("#332288", "#cc6677", "#117733", "#88ccee", "#882255", "#ddcc77", "#44aa99", "#aa4499", "#999933")
 """Paul Tol's "muted" qualitative scheme (Tol 2021, SRON/EPS/TN/09-002: indigo, rose, green, cyan, wine, sand, teal,
 purple, olive; its pale grey, meant for missing data, left out), whose colours stay distinct to colour-blind readers.
-No colour-blind-safe qualitative scheme has more than these 9 colours, so a page of more methods gives the 10th on
-a colour again, told apart by its line pattern (:data:`LINE_PATTERNS`) and named in the legend and each tooltip."""
-LINE_PATTERNS = (None, "2 3", "9 3 2 3")
-"""Stroke dash arrays (None: solid) that tell apart methods sharing a colour once the palette is used up; the
-dashed "6 4" of reference lines (noise floor, diagonal) is not among them."""
+No colour-blind-safe qualitative scheme has more than these 9 colours, so a series is told apart by its colour and
+its marker shape together (:func:`series_style`), and named in the legend and each tooltip."""
 MARKER_CORNERS = {"square": ((-3, -3), (3, -3), (3, 3), (-3, 3)), "triangle": ((0, -4), (3.5, 3), (-3.5, 3)),
-                  "diamond": ((0, -4), (4, 0), (0, 4), (-4, 0))}
+                  "diamond": ((0, -4), (4, 0), (0, 4), (-4, 0)), "triangle-down": ((0, 4), (3.5, -3), (-3.5, -3))}
 """Polygon markers, as corners around the point (pixels); circles are drawn as circles."""
 MARKERS = ("circle", *MARKER_CORNERS)
+"""Five shapes: a number of shapes prime to the palette's 9 colours, so that the places 0 to 44 each get a (colour,
+shape) pair of their own (:func:`series_style`)."""
+DISTINCT_STYLES = len(PALETTE) * len(MARKERS)
+LINE_PATTERNS = (None, "2 3", "9 3 2 3")
+"""Stroke dash arrays (None: solid) that tell apart series past the :data:`DISTINCT_STYLES` (colour, shape) pairs;
+the dashed "6 4" of reference lines (noise floor, diagonal) is not among them."""
+EMPHASIS_WIDTH, LINE_WIDTH = 3.5, 2
+"""Stroke widths of an emphasised series (the user's own entry, :class:`Style`) and of any other."""
+EMPHASIS_SCALE, EMPHASIS_OUTLINE = 1.5, "#000000"
+"""An emphasised series' markers are this much larger and outlined in this colour."""
 WIDTH, HEIGHT = 560, 320
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 64, 170, 30, 46
 TICK_CHAR_WIDTH = 7.0
@@ -35,6 +42,9 @@ many times the smallest: a linear axis would flatten the small values (those nea
 LOG_TICK_STEPS = ((1, 2, 5), (1, 3), (1,))
 """Ticks within each decade of a log axis, the first that gives at most ``MAX_LOG_TICKS`` ticks."""
 MAX_LOG_TICKS = 9
+LEGEND_ROW_HEIGHT = 15
+"""Pixels per legend entry (11 px text and its marker): 17 entries (15 series, the floor) fit beside the plot, and a
+chart of more grows downwards to hold its legend."""
 LEGEND_CHARS = 22
 """Legend entries longer than this are cut (the whole name is in their tooltip): the legend column is 170 px."""
 
@@ -47,12 +57,14 @@ def escape(text: str) -> str:
 
 @dataclass(frozen=True)
 class Style:
-    """How a series is drawn: its colour, line pattern (an SVG stroke-dasharray; None: solid) and marker shape
-    (one of :data:`MARKERS`; None: no markers)."""
+    """How a series is drawn: its colour, line pattern (an SVG stroke-dasharray; None: solid), marker shape (one of
+    :data:`MARKERS`; None: no markers), and whether it is emphasised (a thicker line, larger outlined markers and a
+    bold legend entry: the user's own entry among shipped ones)."""
 
     color: str
     dash: str | None = None
     marker: str | None = "circle"
+    emphasised: bool = False
 
 
 REFERENCE_STYLE = Style("#555555", "6 4", None)
@@ -70,11 +82,12 @@ class Series:
     """A level (one y value) drawn across the whole plot, whatever the x range: its x values are ignored."""
 
 
-def series_style(method_index: int, variant_index: int) -> Style:
-    """The look of the ``variant_index``-th configuration of the ``method_index``-th method: the method's colour
-    (with a line pattern once the palette is used up) and one marker shape per configuration."""
-    pattern = LINE_PATTERNS[method_index // len(PALETTE) % len(LINE_PATTERNS)]
-    return Style(PALETTE[method_index % len(PALETTE)], pattern, MARKERS[variant_index % len(MARKERS)])
+def series_style(place: int, emphasised: bool = False) -> Style:
+    """The look of the series at ``place`` (0, 1, ...): colour ``place`` mod 9 and marker shape ``place`` mod 5, so
+    that neighbouring places differ in both and the first :data:`DISTINCT_STYLES` (45) places in at least one; past
+    them a line pattern of its own."""
+    pattern = LINE_PATTERNS[place // DISTINCT_STYLES % len(LINE_PATTERNS)]
+    return Style(PALETTE[place % len(PALETTE)], pattern, MARKERS[place % len(MARKERS)], emphasised)
 
 
 def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -120,11 +133,13 @@ def x_tick_rows(positions: list[float], labels: list[str]) -> list[int]:
     return rows
 
 
-def _marker(shape: str, x: float, y: float, color: str) -> str:
-    if shape == "circle":
-        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>'
-    points = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for dx, dy in MARKER_CORNERS[shape])
-    return f'<polygon points="{points}" fill="{color}"/>'
+def _marker(style: Style, x: float, y: float) -> str:
+    scale = EMPHASIS_SCALE if style.emphasised else 1.0
+    outline = f' stroke="{EMPHASIS_OUTLINE}" stroke-width="1"' if style.emphasised else ""
+    if style.marker == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{3 * scale:g}" fill="{style.color}"{outline}/>'
+    points = " ".join(f"{x + dx * scale:.1f},{y + dy * scale:.1f}" for dx, dy in MARKER_CORNERS[style.marker])
+    return f'<polygon points="{points}" fill="{style.color}"{outline}/>'
 
 
 def _shortened(name: str) -> str:
@@ -211,7 +226,8 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
     x_ticks = sorted(set(xs)) if log_x else _nice_ticks(x_low, x_high)
     x_tick_labels = [f"{x:g}" for x in x_ticks]
     rows = x_tick_rows([px(x) for x in x_ticks], x_tick_labels)
-    height = HEIGHT + TICK_ROW_HEIGHT * max(rows, default=0)
+    axes_height = HEIGHT + TICK_ROW_HEIGHT * max(rows, default=0)
+    height = max(axes_height, MARGIN_TOP + LEGEND_ROW_HEIGHT * len(series) + LEGEND_ROW_HEIGHT)
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
               f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">'),
              f'<text x="{MARGIN_LEFT}" y="18" class="title">{escape(title)}</text>',
@@ -225,7 +241,7 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
         parts.append(f'<line x1="{MARGIN_LEFT}" y1="{py(y):.1f}" x2="{MARGIN_LEFT + plot_w}" y2="{py(y):.1f}" '
                      f'class="grid"/><text x="{MARGIN_LEFT - 6}" y="{py(y) + 4:.1f}" class="tick" '
                      f'text-anchor="end">{y:.4g}</text>')
-    parts.append(f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{height - 8}" class="label" '
+    parts.append(f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{axes_height - 8}" class="label" '
                  f'text-anchor="middle">{escape(x_label)}</text>')
     parts.append(f'<text transform="translate(14 {MARGIN_TOP + plot_h / 2:.1f}) rotate(-90)" class="label" '
                  f'text-anchor="middle">{escape(y_label)}</text>')
@@ -237,7 +253,8 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
         else:
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _, _ in s.points)
         dash = f' stroke-dasharray="{s.style.dash}"' if s.style.dash else ""
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}>'
+        width = EMPHASIS_WIDTH if s.style.emphasised else LINE_WIDTH
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="{width:g}"{dash}>'
                      f"<title>{escape(s.name)}</title></polyline>")
         for number, (x, y, low, high) in enumerate(s.points):
             if low is not None:
@@ -247,13 +264,14 @@ def line_chart(title: str, series: list[Series], x_label: str, y_label: str, log
                 parts.append(_off_scale_arrow(px(x), py(y), y > y_high, color,
                                               f"{s.name}: {y:.4g} at {x:g}, off the scale"))
             elif s.style.marker:
-                parts.append(_marker(s.style.marker, px(x), py(y), color))
-        legend_x, legend_y = WIDTH - MARGIN_RIGHT + 12, MARGIN_TOP + 14 + 18 * index
+                parts.append(_marker(s.style, px(x), py(y)))
+        legend_x, legend_y = WIDTH - MARGIN_RIGHT + 12, MARGIN_TOP + 14 + LEGEND_ROW_HEIGHT * index
         parts.append(f'<line x1="{legend_x}" y1="{legend_y - 4}" x2="{legend_x + 20}" y2="{legend_y - 4}" '
-                     f'stroke="{color}" stroke-width="2"{dash}/>')
+                     f'stroke="{color}" stroke-width="{width:g}"{dash}/>')
         if s.style.marker:
-            parts.append(_marker(s.style.marker, legend_x + 10, legend_y - 4, color))
-        parts.append(f'<text x="{legend_x + 26}" y="{legend_y}" class="legend">{escape(_shortened(s.name))}'
+            parts.append(_marker(s.style, legend_x + 10, legend_y - 4))
+        legend_class = "legend own" if s.style.emphasised else "legend"
+        parts.append(f'<text x="{legend_x + 26}" y="{legend_y}" class="{legend_class}">{escape(_shortened(s.name))}'
                      f"<title>{escape(s.name)}</title></text>")
     parts.append("</svg>")
     return "".join(parts)

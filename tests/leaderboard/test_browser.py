@@ -13,6 +13,7 @@ import struct
 import subprocess
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -244,17 +245,47 @@ def _png_pixels(png: bytes) -> set[tuple[int, int, int]]:
     return colours
 
 
+EVIDENCE = Path(__file__).parent / "evidence" / "board-chart.png"
+"""A screenshot this test took, kept as evidence of what the chart looks like (copied from the test's folder,
+``agreement-chart.png``, after a run: ``pytest --basetemp``); the test holds it to the chart it draws now."""
+
+LEGEND = """[...[...document.querySelectorAll('svg')].find(s => s.getAttribute('aria-label').includes(
+  'agreement against budget')).querySelectorAll('text.legend')].map(text => {
+    const marker = text.previousElementSibling;
+    const line = marker.tagName === 'line' ? marker : marker.previousElementSibling;
+    return [text.querySelector('title').textContent, line.getAttribute('stroke'), marker.tagName,
+            marker.getAttribute('points'), getComputedStyle(text).fontWeight,
+            getComputedStyle(line).strokeWidth]; })"""
+OWN_ROWS = """[...document.querySelectorAll('tbody tr')].filter(tr => tr.cells[1] && tr.cells[1].textContent.trim()
+  .startsWith('method-')).map(tr => [tr.cells[1].textContent.trim(), getComputedStyle(tr.cells[1]).fontWeight,
+  getComputedStyle(tr.cells[1]).backgroundColor])"""
+WRAPPED_CELLS = """[...document.querySelectorAll('td')].filter(td => td.textContent.includes('\u00b1')).filter(td => {
+  const range = document.createRange(); range.selectNodeContents(td);
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1; }).map(td => td.textContent)"""
+
+
+def _shape(tag: str, points: str | None) -> tuple:
+    """A marker's shape: its polygon's corners relative to its first, or its tag (a circle, or none)."""
+    if not points:
+        return (tag,)
+    corners = [tuple(map(float, point.split(","))) for point in points.split()]
+    return tuple((round(x - corners[0][0], 1), round(y - corners[0][1], 1)) for x, y in corners[1:])
+
+
 def test_the_page_looks_right_in_a_screenshot(browser, tmp_path):
-    """Twelve methods on a task, one far off: in a screenshot of its agreement chart every colour of the colour-blind-
-    safe palette shows, the far method is an arrow inside the plot's frame (not an axis pulled down to it), only
-    the noise-floor rows are set in italics, and every interval of a bounded metric stays in [0, 1]."""
+    """Fifteen methods on a task, one far off, one the user's own among shipped ones: in a screenshot of its agreement
+    chart every colour of the colour-blind-safe palette shows, each series has a colour and marker pair of its own,
+    the user's is drawn thicker with a bold legend entry and set in bold on a tinted row, the far method is an arrow
+    inside the plot's frame (not an axis pulled down to it), only the noise-floor rows are set in italics, every
+    interval of a bounded metric stays in [0, 1], and no ``mean ± half-width`` cell wraps on a page 700 pixels wide.
+    The screenshot is written to the test's folder, and the one kept in tests/leaderboard/evidence is of this chart."""
     from leaderboard import svg
     from leaderboard.store import RunRow
 
-    def rows(method, task, agreement):
+    def rows(method, task, agreement, source="shipped"):
         return [RunRow(task=task, task_version=1, task_fingerprint="f", task_kind="classification", method=method,
                        budget=float(budget), seed=seed, reference_sha256="r", config_hash="c", config={},
-                       source="run", predictions_sha256=f"p{seed}", epochs_used=float(budget), test_passes=1.0,
+                       source=source, predictions_sha256=f"p{seed}", epochs_used=float(budget), test_passes=1.0,
                        wall_seconds=1.0, device="cpu", versions={},
                        noise_floor={"all": {"agreement": 0.997, "total_variation": 0.007}}, reliability=None,
                        submitter="a", notes="", finished_at=None, submitted_at="now",
@@ -262,8 +293,8 @@ def test_the_page_looks_right_in_a_screenshot(browser, tmp_path):
                                         "total_variation": 1 - agreement}})
                 for budget in (10, 100) for seed in range(3)]
 
-    board = [row for index in range(11) for task in ("digits", "digits-cnn")
-             for row in rows(f"method-{index:02d}", task, 0.95 + 0.003 * index)]
+    board = [row for index in range(14) for task in ("digits", "digits-cnn")
+             for row in rows(f"method-{index:02d}", task, 0.95 + 0.002 * index, "run" if index == 3 else "shipped")]
     board += rows("far-off", "digits", 0.5) + rows("far-off", "digits-cnn", 0.5)
     page = tmp_path / "page.html"
     page.write_text(html_page(ranking.tracks(board)))
@@ -276,10 +307,23 @@ def test_the_page_looks_right_in_a_screenshot(browser, tmp_path):
                              "return [r.x + window.scrollX, r.y + window.scrollY, r.width, r.height]; })()")
     shot = browser.call("Page.captureScreenshot", session=True, format="png", captureBeyondViewport=True,
                         clip={"x": chart[0], "y": chart[1], "width": chart[2], "height": chart[3], "scale": 1})
-    (tmp_path / "agreement-chart.png").write_bytes(base64.b64decode(shot["data"]))
-    colours = _png_pixels(base64.b64decode(shot["data"]))
-    missing = [c for c in svg.PALETTE if tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) not in colours]
-    assert missing == [], f"palette colours not drawn: {missing}"
+    png = base64.b64decode(shot["data"])
+    (tmp_path / "agreement-chart.png").write_bytes(png)
+    for image in (png, EVIDENCE.read_bytes()):
+        colours = _png_pixels(image)
+        missing = [c for c in svg.PALETTE if tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) not in colours]
+        assert missing == [], f"palette colours not drawn: {missing}"
+        assert _png_size(image) == _png_size(png), "the kept screenshot is of another chart: copy the new one"
+    legend = browser.evaluate(LEGEND)
+    looks = [(colour, _shape(tag, points)) for name, colour, tag, points, _, _ in legend if name != "HMC noise floor"]
+    assert len(looks) == 15 and len(set(looks)) == 15, legend
+    emphasised = {name: (int(weight), float(width.removesuffix("px"))) for name, _, _, _, weight, width in legend}
+    assert emphasised.pop("method-03") == (700, svg.EMPHASIS_WIDTH)
+    assert all(weight < 700 and width < svg.EMPHASIS_WIDTH for weight, width in emphasised.values())
+    own_rows = browser.evaluate(OWN_ROWS)
+    assert {(name, weight) for name, weight, _ in own_rows if name == "method-03"} == {("method-03", "700")}
+    assert all(weight != "700" and colour == "rgba(0, 0, 0, 0)" for name, weight, colour in own_rows
+               if name != "method-03") and any(colour != "rgba(0, 0, 0, 0)" for *_, colour in own_rows)
     inside = browser.evaluate("""[...document.querySelectorAll('svg polygon.off-scale')].map(arrow => {
         const frame = arrow.ownerSVGElement.querySelector('rect.frame').getBoundingClientRect();
         const box = arrow.getBoundingClientRect();
@@ -292,3 +336,12 @@ def test_the_page_looks_right_in_a_screenshot(browser, tmp_path):
     styles = browser.evaluate("[...document.querySelectorAll('tbody tr')].map(tr => [tr.textContent.includes("
                               "'HMC noise floor'), getComputedStyle(tr.cells[0]).fontStyle])")
     assert {(floor, style) for floor, style in styles} == {(True, "italic"), (False, "normal")}
+    browser.call("Emulation.setDeviceMetricsOverride", session=True, width=700, height=1000, deviceScaleFactor=1,
+                 mobile=False)
+    assert browser.evaluate("document.querySelectorAll('td').length") > 100
+    assert browser.evaluate(WRAPPED_CELLS) == []
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """A PNG's width and height (its IHDR chunk)."""
+    return struct.unpack(">II", png[16:24])

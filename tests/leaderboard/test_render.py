@@ -5,19 +5,41 @@ import dataclasses
 import io
 import itertools
 import json
+import math
 import re
 from html import escape as html_escape
 
+import numpy as np
 import pytest
+import scipy.stats
 
 from approximators import METHODS, resolve_config
 from approximators.base import recorded_config
 from bench.tasks import get_task
-from leaderboard import configs, ranking, submission
-from leaderboard.render import html_page, render
-from leaderboard.store import Store
+from leaderboard import configs, ranking, submission, svg
+from leaderboard.render import (
+    BLOCKS_EXPLANATION,
+    GUIDE_HEADING,
+    NO_BREAK,
+    NO_FLOOR_NOTE,
+    estimate_text,
+    html_page,
+    render,
+    significant_text,
+)
+from leaderboard.store import RunRow, Store
 from reference.store import load_reference
 from tests.leaderboard.conftest import method_fields
+
+
+def shown(values: list[float], space: str = " ") -> str:
+    """A ``mean ± half-width`` cell re-derived from the seeds with SciPy: both rounded to the decimal place of the
+    standard error's first significant digit (to round-off, the mean's own digits: 4 decimals)."""
+    mean, se = float(np.mean(values)), float(scipy.stats.sem(values))
+    half_width = scipy.stats.t.ppf(0.975, len(values) - 1) * se
+    decimals = 4 if se <= 1e-12 * max(1.0, abs(mean)) else -math.floor(math.log10(se))
+    places = max(decimals, 0)
+    return f"{round(mean, decimals):.{places}f}{space}±{space}{round(half_width, decimals):.{places}f}"
 
 
 @pytest.fixture
@@ -45,8 +67,7 @@ def test_markdown_ranks_by_agreement_with_mean_interval_and_floor_row(board, run
     assert "95% Student-t interval" in out and "agreement (higher is better), then total_variation" in out
     with Store(board) as db:
         good = [r.metrics["all"]["total_variation"] for r in db.runs("digits", 10.0) if r.method == "good"]
-    value = ranking.estimate(good)
-    assert f"{value.mean:.4f} ± {value.half_width:.4f}" in lines[3]
+    assert shown(good) in lines[3]
     assert "budget 100" not in out and "toy-gap" not in out
 
 
@@ -237,13 +258,13 @@ def test_every_format_shows_each_test_block(board, run_cli):
     with Store(board) as db:
         good = [r for r in db.runs("digits", 10.0) if r.method == "good"]
     floor = good[0].noise_floor
-    tv = {block: ranking.estimate([r.metrics[block]["total_variation"] for r in good]) for block in blocks}
+    seeds = {block: [r.metrics[block]["total_variation"] for r in good] for block in blocks}
+    tv = {block: ranking.estimate(values) for block, values in seeds.items()}
     markdown_page = run_cli("leaderboard", "--task", "digits", "--budget", "10")[1]
     for block in blocks:
-        shown = f"{tv[block].mean:.4f} ± {tv[block].half_width:.4f}"
-        assert f"| {block} " in markdown_page and shown in markdown_page
+        assert f"| {block} " in markdown_page and shown(seeds[block]) in markdown_page
     html = run_cli("leaderboard", "--format", "html", "--task", "digits", "--budget", "10")[1]
-    assert set(blocks) <= set(html_cells(html)) and f"{tv['blur'].mean:.4f} ± {tv['blur'].half_width:.4f}" in html
+    assert set(blocks) <= set(html_cells(html)) and shown(seeds["blur"], "\u00a0") in html
     rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
     digits10 = [r for r in rows if r["task"] == "digits" and r["budget"] == "10"]
     assert [r["block"] for r in digits10 if r["method"] == "HMC noise floor"] == ["all", *blocks]
@@ -259,12 +280,31 @@ def test_every_format_shows_each_test_block(board, run_cli):
     assert list(by_block) == blocks and by_block["blur"]["total_variation"]["mean"] == pytest.approx(tv["blur"].mean)
 
 
-def series_colours(page: str) -> list[tuple[str, str]]:
-    """(series name, stroke colour) of every line drawn on the page's plots, in order."""
-    return re.findall(r'<polyline points="[^"]*" fill="none" stroke="([^"]+)"[^>]*><title>([^<]*)</title>', page)
+LEGEND_ENTRY = re.compile(r'<line x1="[^"]*" y1="[^"]*" x2="[^"]*" y2="[^"]*" stroke="([^"]+)" stroke-width="([^"]+)"'
+                          r'[^>]*/>(<circle [^>]*/>|<polygon points="([^"]*)"[^>]*/>)?'
+                          r'<text [^>]*class="(legend[^"]*)">[^<]*<title>([^<]*)</title></text>')
 
 
-def test_each_method_keeps_one_colour_on_every_plot_of_the_page(tmp_path, db_path, make_run, run_cli):
+def legend_entries(page: str) -> list[list[tuple[str, str, str, tuple, bool]]]:
+    """Per plot of the page, each legend entry's (name, colour, line width, marker shape, emphasised): the shape as
+    its polygon's corners relative to its first (translation aside, two markers of one shape are equal), "circle",
+    or "none"."""
+    found = []
+    for chart in re.findall(r"<svg .*?</svg>", page):
+        entries = []
+        for colour, width, marker, corners, css, name in LEGEND_ENTRY.findall(chart):
+            points = [tuple(map(float, point.split(","))) for point in corners.split()]
+            shape = tuple((round(x - points[0][0], 1), round(y - points[0][1], 1)) for x, y in points[1:])
+            entries.append((name, colour, width, shape if points else ("circle" if marker else "none"),
+                            css == "legend own"))
+        found.append(entries)
+    return found
+
+
+def test_each_series_has_a_colour_and_marker_of_its_own_and_keeps_them_on_every_plot(tmp_path, db_path, make_run,
+                                                                                      run_cli):
+    """Three methods, one in two configurations, on two tasks: every series of a plot differs from every other in
+    colour or marker (neighbours in both), and an entry name looks the same on every plot of the page."""
     runs = tmp_path / "runs"
     for budget in (10, 100):
         make_run(runs, "digits", method="alpha", budget=budget, amount=0.2)
@@ -274,16 +314,25 @@ def test_each_method_keeps_one_colour_on_every_plot_of_the_page(tmp_path, db_pat
         make_run(runs / "b", "toy-gap", method="gamma", budget=budget, amount=0.5, config={"members": 4})
     assert run_cli("submit", str(runs))[0] == 0
     page = run_cli("leaderboard", "--format", "html")[1]
-    colours: dict[str, set[str]] = {}
-    for colour, name in series_colours(page):
-        colours.setdefault(name.split(" (")[0], set()).add(colour)
-    assert {method: len(found) for method, found in colours.items()} == {
-        "alpha": 1, "beta": 1, "gamma": 1, "HMC noise floor": 1, "calibrated": 1}
-    assert len({next(iter(colours[m])) for m in ("alpha", "beta", "gamma")}) == 3
-    toy_gap = page[page.index('<section id="toy-gap">'):]
-    gamma_markers = re.findall(r"<title>gamma \([0-9a-f]{8}\)</title></polyline>(?:<line [^>]*/>)?(<circle|<polygon)",
-                               toy_gap)
-    assert set(gamma_markers) == {"<circle", "<polygon"}, "two configurations of one method: one marker shape each"
+    looks: dict[str, set[tuple]] = {}
+    for chart in legend_entries(page):
+        series = [(colour, shape) for name, colour, _, shape, _ in chart if name != "HMC noise floor"
+                  and name != "calibrated"]
+        assert len(set(series)) == len(series), chart
+        for name, colour, _, shape, _ in chart:
+            looks.setdefault(name, set()).add((colour, shape))
+    assert len(looks) == 6 and all(len(found) == 1 for found in looks.values()), looks
+    gammas = [next(iter(found)) for name, found in looks.items() if name.startswith("gamma")]
+    assert len(gammas) == 2 and gammas[0][0] != gammas[1][0] and gammas[0][1] != gammas[1][1]
+
+
+def test_the_first_45_places_each_get_a_colour_and_marker_pair_of_their_own():
+    from leaderboard import svg
+
+    styles = [svg.series_style(place) for place in range(svg.DISTINCT_STYLES)]
+    assert len({(s.color, s.marker) for s in styles}) == 45 and {s.dash for s in styles} == {None}
+    assert all(a.color != b.color and a.marker != b.marker for a, b in zip(styles, styles[1:]))
+    assert set(svg.PALETTE) == {s.color for s in styles[:9]} and svg.series_style(45).dash is not None
 
 
 def x_tick_labels(chart: str) -> list[tuple[float, float, str]]:
@@ -297,7 +346,7 @@ def x_tick_labels(chart: str) -> list[tuple[float, float, str]]:
 def test_every_budget_has_a_tick_label_and_no_two_labels_overlap(budgets):
     from leaderboard import svg
 
-    series = svg.Series("m", tuple((b, 1 / b, 1 / b - 0.01, 1 / b + 0.01) for b in budgets), svg.series_style(0, 0))
+    series = svg.Series("m", tuple((b, 1 / b, 1 / b - 0.01, 1 / b + 0.01) for b in budgets), svg.series_style(0))
     chart = svg.line_chart("t", [series, svg.horizontal("floor", 0.0)], "budget", "w2", log_x=True)
     labels = x_tick_labels(chart)
     assert [text for _, _, text in labels] == [f"{b:g}" for b in budgets]
@@ -361,3 +410,81 @@ def test_the_verified_column_says_how_each_seed_was_verified_and_that_shipped_en
     line = next(r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["method"] == "de")
     assert line["verified_how"] == "bitwise: 1;cross-environment, round-off: 1"
     assert "2/3; 1 bitwise; 1 cross-environment, round-off" in render(rows, "md")
+
+
+def classification_rows(method: str, agreement: list[float], source: str = "run", budget: float = 10.0,
+                        task: str = "digits", epochs: float = 10.0, floor: bool = True) -> list[RunRow]:
+    """One classification run per value of ``agreement`` (seeds 0, 1, ...), with a test block, as a database or the
+    shipped store (``source="shipped"``) gives them."""
+    return [RunRow(task=task, task_version=1, task_fingerprint="f", task_kind="classification", method=method,
+                   budget=budget, seed=seed, reference_sha256="r", config_hash="c", config={}, source=source,
+                   predictions_sha256=f"p{seed}", epochs_used=epochs, test_passes=1.0, wall_seconds=1.0, device="cpu",
+                   versions={}, reliability=None, submitter="a", notes="", finished_at=None, submitted_at="now",
+                   noise_floor={"all": {"agreement": 0.997, "total_variation": 0.007}} if floor else None,
+                   label="shipped" if source == "shipped" else None,
+                   metrics={"all": {"agreement": value, "total_variation": 1 - value},
+                            "blur": {"agreement": value - 0.01, "total_variation": 1.01 - value}})
+            for seed, value in enumerate(agreement)]
+
+
+@pytest.fixture
+def mixed_board() -> list[RunRow]:
+    """Two tasks at two budgets: shipped sgd and de, and the user's own my-sgd; toy-task's reference publishes no
+    floor."""
+    rows = []
+    for task in ("digits", "toy-task"):
+        for budget in (10.0, 100.0):
+            rows += classification_rows("sgd", [0.90, 0.91, 0.93], "shipped", budget, task, floor=task == "digits")
+            rows += classification_rows("de", [0.95, 0.96, 0.96], "shipped", budget, task, floor=task == "digits")
+            rows += classification_rows("my-sgd", [0.94, 0.95, 0.97], "run", budget, task, floor=task == "digits")
+    return rows
+
+
+def test_the_reading_guide_is_said_once_and_each_table_only_where_it_differs(mixed_board):
+    """Four tracks with test blocks: the guide (every rule, the blocks' explanation) once at the top of the Markdown
+    and once on the page; the track whose reference publishes no floor says so above its table, and no other."""
+    md, page = render(mixed_board, "md"), render(mixed_board, "html")
+    for rule in (ranking.RANK_RULE, ranking.FLOOR_RULE, ranking.VERIFIED_RULE, ranking.INTERVAL_RULE,
+                 BLOCKS_EXPLANATION):  # each opening a sentence of the guide, in capitals
+        assert md.count(rule[1:]) == 1 and page.count(html_escape(rule[1:])) == 1, rule[:40]
+    assert md.startswith(f"## {GUIDE_HEADING}\n") and md.count(GUIDE_HEADING) == 1
+    assert page.count(f"<h2>{GUIDE_HEADING}</h2>") == 1 and page.index(GUIDE_HEADING) < page.index("<table>")
+    assert md.count(NO_FLOOR_NOTE) == 2 and page.count(html_escape(NO_FLOOR_NOTE)) == 2, "per toy-task track"
+    after_heading = md.split("## toy-task v1, budget 10 epochs\n")[1].lstrip("\n")
+    assert after_heading.startswith(NO_FLOOR_NOTE) and "## digits v1, budget 10 epochs\n\n|" in md
+
+
+def test_the_users_own_entries_are_highlighted_beside_the_shipped_ones_in_table_and_plot(mixed_board):
+    md, page = render(mixed_board, "md"), render(mixed_board, "html")
+    names = [line.split("|")[2].strip() for line in md.splitlines() if re.match(r"\| =?\d", line)]
+    assert set(names) == {"sgd (shipped)", "de (shipped)", "**my-sgd**"} and "set in bold" in md
+    own_rows = re.findall(r'<tr class="own">(.*?)</tr>', page, re.S)
+    # per track the whole test set's row and its block's row, and the summary's row at each budget
+    assert len(own_rows) == 4 * 2 + 2 and all("my-sgd" in row and "shipped" not in row for row in own_rows)
+    plots = legend_entries(page)
+    assert plots and all({name for name, *_, own in chart if own} == {"my-sgd"} for chart in plots)
+    assert all(width == f"{svg.EMPHASIS_WIDTH:g}" for chart in plots for name, _, width, _, own in chart if own)
+    alone = [row for row in mixed_board if row.source == "run"]
+    assert "**" not in render(alone, "md") and 'class="own"' not in render(alone, "html"), "nothing to tell apart"
+
+
+@pytest.mark.parametrize(("value", "text"), [(9.10847, "9.108"), (10.0, "10"), (12345.6, "12350"), (1000.4, "1000"),
+                                             (0.000123456, "0.0001235"), (0.5, "0.5")])
+def test_epochs_are_shown_to_at_most_four_significant_figures(value, text):
+    assert significant_text(value) == text
+    rows = classification_rows("de", [0.95, 0.96], epochs=value)
+    assert text in markdown_cells(render(rows, "md")) and text in html_cells(render(rows, "html"))
+
+
+@pytest.mark.parametrize("values", [[0.951, 0.9623, 0.9587], [0.5, 0.7, 0.9, 0.95], [0.95, 0.95, 0.95],
+                                    [0.9712345, 0.9712349, 0.9712351], [1234.5, 2345.6, 1800.2]])
+def test_a_mean_and_its_half_width_are_rounded_to_their_standard_errors_first_digit(values):
+    """Re-derived with SciPy (:func:`shown`); the page's cell joins its parts with no-break spaces, so that it never
+    wraps; CSV and JSON keep the mean at full precision."""
+    rows = classification_rows("de", values)
+    assert estimate_text(values) == shown(values) and shown(values) in markdown_cells(render(rows, "md"))
+    assert shown(values, NO_BREAK) in html_cells(render(rows, "html"))
+    record = next(r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["method"] == "de")
+    assert float(record["agreement_mean"]) == float(np.mean(values))
+    assert json.loads(render(rows, "json"))["tracks"][0]["entries"][0]["metrics"]["agreement"]["mean"] == float(
+        np.mean(values))

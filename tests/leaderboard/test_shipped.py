@@ -72,7 +72,7 @@ def test_the_leaderboard_shows_the_shipped_results_beside_the_database_s_runs(st
     assert run_cli("submit", mine, "--name", "alice")[0] == 0
     code, out, err = run_cli("leaderboard", "--task", "digits")
     assert code == 0 and err == ""
-    assert "| sgd (shipped)" in out and "| sgd " in out.replace("| sgd (shipped)", "")
+    assert "| sgd (shipped)" in out and "| **sgd (" in out, "the user's own entry is set in bold beside the shipped"
     code, out, _ = run_cli("leaderboard", "--task", "digits", "--no-shipped")
     assert code == 0 and "(shipped)" not in out and "| sgd " in out
 

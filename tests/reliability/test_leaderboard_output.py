@@ -192,7 +192,7 @@ def shown(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text).strip()
 
 
-MARKDOWN_LINE_STARTS = ("## ", "|", "- **", "Ranked by ", "Per test block: ", "Per budget held by ",
+MARKDOWN_LINE_STARTS = ("## ", "|", "- **", "Each table is one task", "This task's reference", "Per budget held by ",
                         "Notes, each once", "\u2020 ")
 """How every non-empty line of the Markdown board starts: with text of ours, never with stored text."""
 
@@ -224,7 +224,8 @@ def test_markdown_text_adds_no_column_row_html_code_or_link(method, task, submit
     assert row["submitted by"] == shown(submitter)
     if block is not None:
         assert markdown_cells(table[7])[0] == shown(block)
-    assert [line for line in out.splitlines() if line.startswith("#")] == [out.splitlines()[0]]
+    headings = [line for line in out.splitlines() if line.startswith("#")]
+    assert headings[0] == "## How to read the board" and len(headings) == 2, headings
 
 
 def test_markdown_through_the_command_line_neutralises_every_injection_kind(tmp_path, run_cli):
@@ -302,11 +303,11 @@ def test_html_page_and_its_svg_escape_text_attributes_and_titles(method, task, s
                  block and "x")
     assert set(parser.tags) <= PAGE_TAGS and parser.attributes <= PAGE_ATTRIBUTES
     assert parser.tags == plain.tags, "stored text added or removed an element"
-    assert parser.tags.count("section") == 1 and parser.tags.count("svg") == 1
+    assert parser.tags.count("section") == 2 and parser.tags.count("svg") == 1  # the reading guide's, the task's
     assert parser.tags.count("tr") == (3 if block is None else 6)
     # Shown as written, but for what is not printable (line breaks outside notes, terminal escapes, bidirectional
     # overrides that would reorder the page): a space.
-    assert parser.sections == [printable(task)]
+    assert parser.sections == ["guide", printable(task)]
     assert parser.labels[0].startswith(f"{printable(task)}: w2 against budget")
     assert printable(method) in parser.text  # the legend and the tooltip
     if label is not None:
@@ -314,6 +315,11 @@ def test_html_page_and_its_svg_escape_text_attributes_and_titles(method, task, s
     if notes:
         assert "\n".join(printable(line) for line in notes.split("\n")) in parser.text
     assert not any(ch in parser.text for ch in "\x1b\u202e\u2066")
+
+
+def marker_as_one(tag: str) -> str:
+    """A plot marker's tag as one kind: a circle and a polygon are both markers (or an off-scale arrow)."""
+    return "marker" if tag in ("circle", "polygon") else tag
 
 
 # --- the summary across tasks and the notes, where stored text from several tracks meets --------------------------
@@ -332,17 +338,19 @@ def test_the_summary_and_the_notes_escape_stored_text_in_every_format(method, ot
 
     stored, plain = rows(method, other, label, task, notes), rows("x", "y", label and "x", "x", "x" if notes else "")
     out, expected = render(stored, "md"), render(plain, "md")
-    assert out.splitlines()[0] == "## Summary across tasks"
+    assert out.splitlines()[0] == "## How to read the board" and out.count("\n## Summary across tasks\n") == 1
     assert len(out.splitlines()) == len(expected.splitlines())
     assert all(line.startswith(MARKDOWN_LINE_STARTS) for line in out.splitlines() if line)
     assert [unescaped(line, "|") for line in out.splitlines() if line.startswith("|")] == [
         unescaped(line, "|") for line in expected.splitlines() if line.startswith("|")]
     assert "<" not in out and unescaped(out, "`") == 0 and unescaped(out, "[") == 0 and unescaped(out, "$") == 0
     page, plain_page = parsed(render(stored, "html")), parsed(render(plain, "html"))
-    # (the tasks' sections may come in another order than the plain board's: the same elements, not their order)
-    assert sorted(page.tags) == sorted(plain_page.tags) and set(page.tags) <= PAGE_TAGS
+    # (the tasks' sections may come in another order than the plain board's, and a series' marker shape follows its
+    # name's place among the page's names: the same elements, not their order or their markers' shapes)
+    assert sorted(map(marker_as_one, page.tags)) == sorted(map(marker_as_one, plain_page.tags))
+    assert set(page.tags) <= PAGE_TAGS
     assert page.attributes <= PAGE_ATTRIBUTES
-    assert page.sections[0] == "summary"
+    assert page.sections[:2] == ["guide", "summary"]
     header, records = read_csv(render(stored, "csv"))
     summary = [dict(zip(header, r)) for r in records if r[0] == "summary"]
     assert len(summary) == 2 and all(len(r) == len(header) for r in records)
