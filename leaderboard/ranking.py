@@ -47,7 +47,8 @@ RANK_RULE = ("rank: the place in the order of the means over the seeds (the firs
              "seeds tell the entry apart from the first by Welch's two-sided t-test on the first primary metric, the "
              f"track's comparisons with the first Holm-corrected together at family-wise level {1 - CONFIDENCE:.0%} "
              "(the entries not told apart are the top group); seeds needed: for one not told apart, the seeds per "
-             f"entry that would tell a difference of the observed size and spread apart with probability {POWER:.0%}")
+             f"entry that would tell a difference of the observed size and spread apart with probability {POWER:.0%} "
+             "by Welch's t-test at the Bonferroni level, never fewer than the entry holds plus one")
 FLOOR_CRITICAL = 1.4
 """"Within floor" allows the seeds' mean to be worse than the floor by this many times sqrt(spread^2 + se^2)
 (:func:`within_noise_floor`): the value at which the simulation with a known answer

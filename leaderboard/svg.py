@@ -43,8 +43,8 @@ LOG_TICK_STEPS = ((1, 2, 5), (1, 3), (1,))
 """Ticks within each decade of a log axis, the first that gives at most ``MAX_LOG_TICKS`` ticks."""
 MAX_LOG_TICKS = 9
 LEGEND_ROW_HEIGHT = 15
-"""Pixels per legend entry (11 px text and its marker): 17 entries (15 series, the floor) fit beside the plot, and a
-chart of more grows downwards to hold its legend."""
+"""Pixels per legend entry (11 px text and its marker): 18 entries (say 15 series, the noise floor and two more) fit
+beside the plot, and a chart of more grows downwards to hold its legend."""
 LEGEND_CHARS = 22
 """Legend entries longer than this are cut (the whole name is in their tooltip): the legend column is 170 px."""
 
