@@ -20,9 +20,10 @@ with; CSV and JSON carry the label, the config hash and the notes in their own f
 Markdown and the page open with one reading guide (:func:`guide`): what ranks, what each value and column means, how
 numbers are rounded; after it, each table says only where it differs from the guide (:func:`_table_notes`). Means and
 half-widths are shown to the decimal place of their standard error's first significant digit, epochs to four
-significant figures (:func:`estimate_text`, :func:`significant_text`); CSV and JSON keep every number at full
-precision. Where the board shows the shipped results beside the user's own entries (:func:`highlights_own`), the
-user's are set in bold in the tables and emphasised on the plots.
+significant figures (:func:`estimate_text`, :func:`significant_text`), and the page's cells never wrap (a table
+wider than the page scrolls); CSV and JSON keep every number at full precision. Where the board shows the shipped
+results beside the user's own entries (:func:`highlights_own`), the user's are set in bold in the tables and
+emphasised on the plots.
 
 In the page's plots each entry name keeps one look on every plot, from its place among the page's sorted entry
 names: a colour of a colour-blind-safe palette and a marker shape, which together tell apart 45 series
@@ -151,9 +152,6 @@ floor."""
 EPOCH_SIGNIFICANT_DIGITS = 4
 """Epochs used are shown to at most this many significant figures (9.108, not 9.10847): the meter's fractions of an
 epoch beyond them are batches, not a difference in cost."""
-NO_BREAK = "\u00a0"
-"""The page's space inside a ``mean ± half-width`` cell: a no-break space, so that a cell never wraps onto several
-lines however narrow the page (the table scrolls instead)."""
 
 
 def decimals_of(se: float, mean: float) -> int:
@@ -178,15 +176,14 @@ def significant_text(value: float, digits: int = EPOCH_SIGNIFICANT_DIGITS) -> st
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def estimate_text(values: list[float], space: str = " ") -> str:
+def estimate_text(values: list[float]) -> str:
     """The mean and the half-width of its interval (:func:`ranking.estimate`), both to the decimal place of the
-    standard error's first significant digit (:func:`decimals_of`), or the mean and ``n=1``; ``space`` separates
-    the parts (the page's :data:`NO_BREAK`)."""
+    standard error's first significant digit (:func:`decimals_of`), or the mean and ``n=1``."""
     value = estimate(values)
     if value.half_width is None:
-        return f"{fixed_text(value.mean, UNMEASURED_DECIMALS)}{space}(n=1)"
+        return f"{fixed_text(value.mean, UNMEASURED_DECIMALS)} (n=1)"
     decimals = decimals_of(value.se, value.mean)
-    return f"{fixed_text(value.mean, decimals)}{space}±{space}{fixed_text(value.half_width, decimals)}"
+    return f"{fixed_text(value.mean, decimals)} ± {fixed_text(value.half_width, decimals)}"
 
 
 def rank_text(entry: Entry) -> str:
@@ -282,10 +279,10 @@ def _table_notes(track: Track) -> list[str]:
     return [] if published else [NO_FLOOR_NOTE]
 
 
-def _display_rows(track: Track, quote: Callable[[str], str] = str, space: str = " ",
+def _display_rows(track: Track, quote: Callable[[str], str] = str,
                   own: Callable[[str], str] | None = None) -> list[dict]:
     """The table of ``track``; ``quote`` escapes every stored text (names, devices, submitters) for the format,
-    ``space`` separates a value's parts (:func:`estimate_text`), ``own`` marks the name of a user's own entry."""
+    ``own`` marks the name of a user's own entry."""
     names = track.metric_names
     floor = {"rank": "", "method": FLOOR_ROW, "seeds": "",
              **{quote(m): ("n/a" if track.floor(m) is None else f"{track.floor(m):.4f}") for m in names},
@@ -296,7 +293,7 @@ def _display_rows(track: Track, quote: Callable[[str], str] = str, space: str = 
         name = entry_label(entry, quote)
         rows.append({"rank": rank_text(entry), "method": own(name) if own is not None and entry.source
                      != SHIPPED_SOURCE else name, "seeds": len(entry.seeds),
-                     **{quote(m): estimate_text(entry.metrics[m], space) if m in entry.metrics else "" for m in names},
+                     **{quote(m): estimate_text(entry.metrics[m]) if m in entry.metrics else "" for m in names},
                      "told from #1": apart_text(entry), "seeds needed": seeds_needed_text(entry),
                      "within floor": floor_text(entry.within_floor),
                      "epochs used": "declared" if epochs is None else significant_text(epochs),
@@ -311,10 +308,10 @@ BLOCKS_EXPLANATION = ("Per test block: the same statistics on each part of the t
                       "test set, each block's noise floor first")
 
 
-def _block_rows(track: Track, quote: Callable[[str], str] = str, space: str = " ",
+def _block_rows(track: Track, quote: Callable[[str], str] = str,
                 own: Callable[[str], str] | None = None) -> list[dict]:
-    """The table of ``track``'s entries on each test block (``quote``, ``space``, ``own``: as for
-    :func:`_display_rows`); the seeds are those of the table of the whole test set."""
+    """The table of ``track``'s entries on each test block (``quote``, ``own``: as for :func:`_display_rows`); the
+    seeds are those of the table of the whole test set."""
     names = track.metric_names
     rows = []
     for block in track.blocks:
@@ -326,7 +323,7 @@ def _block_rows(track: Track, quote: Callable[[str], str] = str, space: str = " 
             name = entry_label(entry, quote)
             rows.append({"block": quote(block), "rank": rank_text(entry),
                          "method": own(name) if own is not None and entry.source != SHIPPED_SOURCE else name,
-                         **{quote(m): estimate_text(values[m], space) if values.get(m) else "" for m in names}})
+                         **{quote(m): estimate_text(values[m]) if values.get(m) else "" for m in names}})
     return rows
 
 
@@ -617,6 +614,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; 
 .table { overflow-x: auto; margin: 0.5em 0 1.5em; }
 table { border-collapse: collapse; font-size: 0.85em; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.45em; text-align: right; }
+td { white-space: nowrap; }
 th { background: #f2f2f2; }
 tbody tr.floor td { font-style: italic; color: #555; }
 tbody tr.own td { font-weight: bold; background: #fff4cc; }
@@ -672,11 +670,11 @@ def html_page(all_tracks: list[Track], on_track: Callable[[int, int], None] | No
             own = [is_own(entry, highlighted) for entry in track.entries]
             body.append(f"<h3>{html_text(_heading(track))}</h3>")
             body.extend(f"<p>{escape(note)}.</p>" for note in _table_notes(track))
-            body.append(_html_table(_display_rows(track, printable_text, NO_BREAK), [False, *own]))
+            body.append(_html_table(_display_rows(track, printable_text), [False, *own]))
             body.extend(f"<p>{html_text(note)}</p>" for note in changed_network_notes(track))
             if track.blocks:
                 # The block's name comes first in its rows: a stored name must not read as a separating line.
-                body.append(_html_table(_block_rows(track, printable_text, NO_BREAK),
+                body.append(_html_table(_block_rows(track, printable_text),
                                         [flag for _ in track.blocks for flag in (False, *own)]))
             legend = _configuration_legend(track, html_text)
             if legend:

@@ -259,7 +259,7 @@ LEGEND = """[...[...document.querySelectorAll('svg')].find(s => s.getAttribute('
 OWN_ROWS = """[...document.querySelectorAll('tbody tr')].filter(tr => tr.cells[1] && tr.cells[1].textContent.trim()
   .startsWith('method-')).map(tr => [tr.cells[1].textContent.trim(), getComputedStyle(tr.cells[1]).fontWeight,
   getComputedStyle(tr.cells[1]).backgroundColor])"""
-WRAPPED_CELLS = """[...document.querySelectorAll('td')].filter(td => td.textContent.includes('\u00b1')).filter(td => {
+WRAPPED_CELLS = """[...document.querySelectorAll('td')].filter(td => td.textContent.trim()).filter(td => {
   const range = document.createRange(); range.selectNodeContents(td);
   return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1; }).map(td => td.textContent)"""
 
@@ -277,7 +277,8 @@ def test_the_page_looks_right_in_a_screenshot(browser, tmp_path):
     chart every colour of the colour-blind-safe palette shows, each series has a colour and marker pair of its own,
     the user's is drawn thicker with a bold legend entry and set in bold on a tinted row, the far method is an arrow
     inside the plot's frame (not an axis pulled down to it), only the noise-floor rows are set in italics, every
-    interval of a bounded metric stays in [0, 1], and no ``mean ± half-width`` cell wraps on a page 700 pixels wide.
+    interval of a bounded metric stays in [0, 1], and no table cell (a ``mean ± half-width``, a name) wraps on a page
+    700 pixels wide.
     The screenshot is written to the test's folder, and the one kept in tests/leaderboard/evidence is of this chart."""
     from leaderboard import svg
     from leaderboard.store import RunRow

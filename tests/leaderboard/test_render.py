@@ -20,7 +20,6 @@ from leaderboard import configs, ranking, submission, svg
 from leaderboard.render import (
     BLOCKS_EXPLANATION,
     GUIDE_HEADING,
-    NO_BREAK,
     NO_FLOOR_NOTE,
     estimate_text,
     html_page,
@@ -32,14 +31,14 @@ from reference.store import load_reference
 from tests.leaderboard.conftest import method_fields
 
 
-def shown(values: list[float], space: str = " ") -> str:
+def shown(values: list[float]) -> str:
     """A ``mean ± half-width`` cell re-derived from the seeds with SciPy: both rounded to the decimal place of the
     standard error's first significant digit (to round-off, the mean's own digits: 4 decimals)."""
     mean, se = float(np.mean(values)), float(scipy.stats.sem(values))
     half_width = scipy.stats.t.ppf(0.975, len(values) - 1) * se
     decimals = 4 if se <= 1e-12 * max(1.0, abs(mean)) else -math.floor(math.log10(se))
     places = max(decimals, 0)
-    return f"{round(mean, decimals):.{places}f}{space}±{space}{round(half_width, decimals):.{places}f}"
+    return f"{round(mean, decimals):.{places}f} ± {round(half_width, decimals):.{places}f}"
 
 
 @pytest.fixture
@@ -264,7 +263,7 @@ def test_every_format_shows_each_test_block(board, run_cli):
     for block in blocks:
         assert f"| {block} " in markdown_page and shown(seeds[block]) in markdown_page
     html = run_cli("leaderboard", "--format", "html", "--task", "digits", "--budget", "10")[1]
-    assert set(blocks) <= set(html_cells(html)) and shown(seeds["blur"], "\u00a0") in html
+    assert set(blocks) <= set(html_cells(html)) and shown(seeds["blur"]) in html
     rows = list(csv.DictReader(io.StringIO(run_cli("leaderboard", "--format", "csv")[1])))
     digits10 = [r for r in rows if r["task"] == "digits" and r["budget"] == "10"]
     assert [r["block"] for r in digits10 if r["method"] == "HMC noise floor"] == ["all", *blocks]
@@ -479,11 +478,11 @@ def test_epochs_are_shown_to_at_most_four_significant_figures(value, text):
 @pytest.mark.parametrize("values", [[0.951, 0.9623, 0.9587], [0.5, 0.7, 0.9, 0.95], [0.95, 0.95, 0.95],
                                     [0.9712345, 0.9712349, 0.9712351], [1234.5, 2345.6, 1800.2]])
 def test_a_mean_and_its_half_width_are_rounded_to_their_standard_errors_first_digit(values):
-    """Re-derived with SciPy (:func:`shown`); the page's cell joins its parts with no-break spaces, so that it never
-    wraps; CSV and JSON keep the mean at full precision."""
+    """Re-derived with SciPy (:func:`shown`) in the Markdown and the page; CSV and JSON keep the mean at full
+    precision."""
     rows = classification_rows("de", values)
     assert estimate_text(values) == shown(values) and shown(values) in markdown_cells(render(rows, "md"))
-    assert shown(values, NO_BREAK) in html_cells(render(rows, "html"))
+    assert shown(values) in html_cells(render(rows, "html"))
     record = next(r for r in csv.DictReader(io.StringIO(render(rows, "csv"))) if r["method"] == "de")
     assert float(record["agreement_mean"]) == float(np.mean(values))
     assert json.loads(render(rows, "json"))["tracks"][0]["entries"][0]["metrics"]["agreement"]["mean"] == float(
