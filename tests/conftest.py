@@ -251,9 +251,12 @@ def plugins_in_process(monkeypatch):
     """A method that is not bdl-bench's runs in the test's own process, as with ``--debug``, not in a process of
     its own (:func:`bench.executors.isolates`), which takes seconds to start: for the tests of what the boundary
     catches in a process (what it catches is the same there, and the few tests of the isolation itself spawn)."""
-    from bench import executors
+    from bench import executors, verify
 
     monkeypatch.setattr(executors, "isolates", lambda method: False)
+    # verify binds the name at its import: patched there too, else a test whose module imported verify earlier (a
+    # whole suite's collection does) re-executed every module method in a process of its own, seconds a verify
+    monkeypatch.setattr(verify, "isolates", lambda method: False)
 
 
 @pytest.fixture

@@ -197,16 +197,16 @@ def test_verify_compares_every_cost_and_setting_a_module_method_claims_with_its_
                                                                                            monkeypatch):
     """Each claim alone (verify once ignored test_passes: the tests edited epochs_used only) is NOT VERIFIED, with a
     line naming it; the unedited record verifies."""
-    (tmp_path / "loose_methods.py").write_text(MODULE)
+    (tmp_path / "claiming_methods.py").write_text(MODULE)  # a module name no other test imports
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "runs"
-    assert run_cli("--method", "loose_methods:Twins", "--budget", "2", "--task", "toy-gap", "--out", out,
+    assert run_cli("--method", "claiming_methods:Twins", "--budget", "2", "--task", "toy-gap", "--out", out,
                    "--quiet")[0] == 0
     folder = records.run_folder(out, "toy-gap", "twins", 2, 0)
     record = json.loads((folder / records.RESULT).read_text())
     for claim, (edit, said) in COST_AND_SETTINGS_CLAIMS.items():
         (folder / records.RESULT).write_text(json.dumps({**record, **edit(record)}))
-        code, out_text, err = run_cli("verify", folder, "--method", "loose_methods:Twins")
+        code, out_text, err = run_cli("verify", folder, "--method", "claiming_methods:Twins")
         assert code == 1 and "NOT VERIFIED" in out_text and said(record) in out_text, (claim, out_text, err)
     (folder / records.RESULT).write_text(json.dumps(record))
-    assert run_cli("verify", folder, "--method", "loose_methods:Twins")[0] == 0
+    assert run_cli("verify", folder, "--method", "claiming_methods:Twins")[0] == 0
