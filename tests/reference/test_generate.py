@@ -347,3 +347,22 @@ def test_reference_generate_passes_threads_and_refuses_more_than_the_cores(run_c
     assert code == 2 and "oversubscribe" in err and len(err.strip().splitlines()) == 1 and asked == [1]
     code, _, err = run_cli(*command, "--workers", "2", "--threads", str(usable_cores()))
     assert code == 2 and "oversubscribe" in err and asked == [1]
+
+
+@pytest.mark.parametrize("rhat, written", [(1.05, True), (1.0501, False)])
+def test_reference_generate_writes_a_reference_at_the_r_hat_limit_and_refuses_one_just_above(run_cli, tmp_path,
+                                                                                              monkeypatch, rhat, written):
+    """The worst split R-hat over every test point is held to R_HAT_LIMIT (1.05) before anything is written: at it
+    the reference is written, just above it nothing is (sampling stubbed: what it returns decides)."""
+    from reference import store
+
+    metadata = {"generation_check": {"max_split_rhat": rhat}, "acceptance_rate": 0.8, "compute_seconds": 1.0,
+                "diagnostics": {"max_split_rhat": 1.0, "min_bulk_ess": 1000.0}, "noise_floor": {"all": {"w2": 0.01}}}
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: generation.GeneratedReference(
+        "samples", np.zeros((2, 2)), metadata, b""))
+    wrote = []
+    monkeypatch.setattr(store, "write_reference", lambda *a, **k: wrote.append(a) or {"npz_sha256": "0" * 64})
+    code, _, err = run_cli("reference", "generate", "--task", "toy-gap", "--out", tmp_path / "out", "--checkpoints",
+                           tmp_path / "ck", "--quiet")
+    assert (code, bool(wrote)) == ((0, True) if written else (2, False)), err
+    assert written or f"worst split R-hat {rhat:.4f} exceeds 1.05: not writing the reference" in err
