@@ -62,7 +62,8 @@ class BootstrapEnsemble(Approximator):
         epochs = math.floor(data.meter.budget_epochs / members + 1e-9)
         if epochs < 1:
             raise BudgetExhausted(f"{self.name}: a budget of {data.meter.budget_epochs:g} epochs is too small for "
-                                  f"{members} members of at least one epoch each")
+                                  f"{members} members of at least one epoch each; the smallest budget that runs "
+                                  f"with these settings is {members}; a lower --set members=... needs less")
         resamples = torch.randint(n_train, (members, n_train), generator=generator)  # (K, N_train) row indices
         seeds = member_seeds(generator, members)
         params = {name: tensor.to(problem.device).requires_grad_() for name, tensor in

@@ -46,5 +46,6 @@ def test_a_seed_reproduces_its_run_and_another_seed_differs(tmp_path):
 
 
 def test_a_budget_too_small_for_the_members_is_one_bench_error(tmp_path):
-    with pytest.raises(BenchError, match="a budget of 4 epochs is too small for 5 members"):
+    with pytest.raises(BenchError, match="a budget of 4 epochs is too small for 5 members.*"
+                                         "the smallest budget that runs with these settings is 5"):
         run("toy-gap", BootstrapEnsemble, budget=4, out=tmp_path)
