@@ -397,10 +397,10 @@ RANGES = [  # (field, a value just inside its range, one just outside), each end
 
 
 @pytest.mark.parametrize("field, inside, outside", RANGES)
-def test_each_end_of_each_range_of_a_records_fields_is_bracketed(folder, field, inside, outside):
+def test_each_end_of_each_range_of_a_records_fields_is_bracketed(folder, record, field, inside, outside):
     """Each end of each numeric range the validator holds a record's fields to, a value just inside it accepted and
-    one just outside refused in one line (epochs used: within [0, the budget of 2])."""
-    record = json.loads((folder / records.RESULT).read_text())
+    one just outside refused in one line (epochs used: within [0, the budget of 2]). The genuine record as it was
+    written (``record``): the other tests of this module leave their edits in the folder's file."""
     base = {**record, "epochs_used": 0.0} if field == "budget" else record
     records.check_record({**base, field: inside}, folder / records.RESULT)
     with pytest.raises(BenchError, match=field.replace("_", ".") if field != "budget" else "the budget must be"):
