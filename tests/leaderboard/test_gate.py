@@ -478,10 +478,16 @@ def user_method(tmp_path):
         sys.modules.pop(module, None)
 
 
+IN_PROCESS = pytest.mark.usefixtures("plugins_in_process")
+"""For the tests of what a user's baseline stores and refuses: the user's method runs in the test's process, not in a
+process of its own (seconds to start, per command); the gate's isolation itself: tests/reliability/test_isolation.py."""
+
+
 def _update(run_cli, path, *options):
     return run_cli("check", "--update", "--baseline", path, "--task", "toy-gap", "--seeds", "2", *options)
 
 
+@IN_PROCESS
 def test_a_user_method_is_gated_with_the_budget_and_settings_its_baseline_stores(tmp_path, run_cli, user_method):
     path = tmp_path / "mine.json"
     code, out, err = _update(run_cli, path, "--method", user_method, "--budget", "4", "--set", "lr=0.02")
@@ -502,6 +508,7 @@ def test_a_user_method_is_gated_with_the_budget_and_settings_its_baseline_stores
         != content["results"]["pair"]["toy-gap"]["all"]["w2"]["values"], "--set lr=0.02 reached the runs"
 
 
+@IN_PROCESS
 def test_budgets_and_settings_per_method_and_the_methods_they_name(tmp_path, run_cli, user_method):
     path = tmp_path / "mixed.json"
     code, _, err = _update(run_cli, path, "--method", "sgd", user_method, "--budget", "3", "--budget", f"{PAIR}=4",
@@ -519,12 +526,14 @@ def test_budgets_and_settings_per_method_and_the_methods_they_name(tmp_path, run
     assert set(content["results"]) == {"pair"}, "naming one's method is not a request to measure every built-in"
 
 
+@IN_PROCESS
 def test_a_user_method_defaults_to_its_check_budget(tmp_path, run_cli, user_method):
     path = tmp_path / "mine.json"
     assert _update(run_cli, path, "--method", user_method)[0] == 0
     assert json.loads(path.read_text())["runs"]["pair"]["toy-gap"]["epochs_used"] == [6.0, 6.0]
 
 
+@IN_PROCESS
 def test_a_method_the_baseline_gates_but_cannot_load_is_one_line(tmp_path, run_cli, user_method):
     import sys
 
@@ -538,6 +547,7 @@ def test_a_method_the_baseline_gates_but_cannot_load_is_one_line(tmp_path, run_c
     sys.path.insert(0, str(tmp_path / "site"))  # for the fixture's teardown
 
 
+@IN_PROCESS
 def test_a_baseline_never_chooses_code_to_import(tmp_path, run_cli, user_method):
     """A baseline is a file anyone can edit: one that names a module (`package.module:ClassName`) is refused before
     the module is imported, unless the command line names it too; the calibration script refuses it alike."""
@@ -591,6 +601,7 @@ def test_budgets_and_settings_are_update_options(run_cli):
     assert_one_line(code, err, 2, "--budget and --set choose what --update measures")
 
 
+@IN_PROCESS
 def test_a_partial_update_refuses_to_leave_tasks_measured_with_another_budget(tmp_path, run_cli, user_method):
     path = tmp_path / "mine.json"
     assert _update(run_cli, path, "--method", user_method, "--budget", "2")[0] == 0
