@@ -90,6 +90,19 @@ def _edit_json(path, edit):
     path.write_text(json.dumps(metadata))
 
 
+@pytest.fixture(scope="module")
+def unedited_differences(tmp_path_factory):
+    """What diagnose finds in an unedited copy of a task's shipped reference, once a task (seconds each): every copy
+    is the same bytes, so it holds for the copy a case then edits (three cases edit digits)."""
+    found = {}
+
+    def differences(name):
+        if name not in found:
+            found[name] = store.diagnose(get_task(name), _copy(name, tmp_path_factory.mktemp(name))).differences
+        return found[name]
+    return differences
+
+
 @pytest.mark.parametrize("name, field, edit", [
     ("toy-gap", "noise_floor.all.w1", lambda m: m["noise_floor"]["all"].update(w1=0.001)),
     ("digits", "noise_floor.blur.total_variation", lambda m: m["noise_floor"]["blur"].update(total_variation=0.0)),
@@ -97,9 +110,9 @@ def _edit_json(path, edit):
     ("diabetes-gap", "acceptance_rate_per_chain[3]", lambda m: m["acceptance_rate_per_chain"].__setitem__(3, 0.9)),
     ("digits-cnn", "diagnostics.min_tail_ess", lambda m: m["diagnostics"].pop("min_tail_ess")),
 ])
-def test_a_figure_the_evidence_does_not_give_is_named(tmp_path, name, field, edit):
+def test_a_figure_the_evidence_does_not_give_is_named(tmp_path, name, field, edit, unedited_differences):
     folder = _copy(name, tmp_path)
-    assert store.diagnose(get_task(name), folder).differences == []
+    assert unedited_differences(name) == []
     _edit_json(folder / f"{name}.json", edit)
     found = store.diagnose(get_task(name), folder)
     assert [line.split(":")[0] for line in found.differences] == [field]
