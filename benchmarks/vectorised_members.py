@@ -1,6 +1,6 @@
 """Cost of K members, chains or runs trained in one vectorised pass against the same K trained one after another.
 
-    python benchmarks/vectorised_members.py [--epochs 20] [--repeats 3]
+    python benchmarks/vectorised_members.py [--epochs 20] [--repeats 3] [--tasks toy-gap digits ...]
 
 For each embedded task, each method with vectorised members and K in (3, 10): wall time of the
 method's ``fit`` with K members in one pass, against K fits of one member each (``ae``: its own
@@ -46,11 +46,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=positive_whole, default=20, help="epochs per member")
     parser.add_argument("--repeats", type=positive_whole, default=3)
     parser.add_argument("--methods", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--tasks", nargs="+", default=task_names(), choices=task_names())
     scripts.out_option(parser)
     args = parser.parse_args()
     started = time.monotonic()
     rows = []
-    for name in task_names():
+    for name in args.tasks:
         task = get_task(name)
         for method in args.methods:
             together, alone = PAIRS[method]

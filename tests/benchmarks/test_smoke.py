@@ -40,7 +40,7 @@ RUNS = {
     "sweep_timing": ["--methods", "sgd", "--tasks", "toy-gap", "--budgets", "2", "--seeds", "0"],
     "tune_anchored": ["--trials", "1", "--tasks", "toy-gap"],
     "tune_trajectory": ["sgd", "--budget", "10", "--seeds", "0", "--tasks", "toy-gap"],
-    "vectorised_members": ["--epochs", "1", "--repeats", "1", "--methods", "ae"],
+    "vectorised_members": ["--epochs", "1", "--repeats", "1", "--methods", "ae", "--tasks", "toy-gap"],
     "wasserstein_speed": ["--repeats", "1"],
 }
 
