@@ -210,8 +210,10 @@ def test_verify_reports_a_re_execution_that_ends_its_process_and_verifies_the_ot
     """verify and submit --verify re-execute a plugin's runs in a process of its own too: a plugin ending that
     process (os._exit(0) in its first re-execution) ended `verify` with exit 0 and the other folders unverified."""
     runs = tmp_path / "runs"
+    # the runs to verify, trained in this process (--debug: no process of their own to start, seconds each); with
+    # its mark unset the method trains as MAP does, here as in the re-executions' processes
     code, out, err = run_cli("--method", "uncatchable:ExitsOnce", "--budget", "2", "--task", "toy-gap", "--seed",
-                             "0", "1", "--out", runs, "--quiet")
+                             "0", "1", "--out", runs, "--quiet", "--debug")
     assert code == 0, (out, err)
     monkeypatch.setenv("EXIT_ONCE_MARK", str(tmp_path / "exited"))
     code, out, err = _command("verify", runs, "--method", "uncatchable:ExitsOnce")
@@ -226,13 +228,16 @@ def test_verify_reports_a_re_execution_that_ends_its_process_and_verifies_the_ot
     assert not db.exists()
 
 
-def test_the_gate_reports_a_method_that_ends_its_process_and_never_passes_silently(tmp_path, site, monkeypatch):
+def test_the_gate_reports_a_method_that_ends_its_process_and_never_passes_silently(tmp_path, run_cli, site,
+                                                                                   monkeypatch):
     """`check` with one worker ran a plugin in its own process: os._exit(0) in fit ended the CI gate with exit 0
     and no word (it passed), os._exit(1) with exit 1 and no word (read as "check found a failure"), a module ending
     its process at import likewise, and a KeyboardInterrupt the method raised was reported as the user's Ctrl-C."""
     baseline = tmp_path / "mine.json"
-    code, _, err = _command("check", "--update", "--baseline", baseline, "--method", "uncatchable:ExitsOnce",
-                            "--task", "toy-gap", "--seeds", "2", "--budget", "2", "--quiet")
+    # the baseline, made in this process (--debug: the method in it too, its mark unset: it trains as MAP does);
+    # only the checks that may end a process need one of their own
+    code, _, err = run_cli("check", "--update", "--baseline", baseline, "--method", "uncatchable:ExitsOnce",
+                           "--task", "toy-gap", "--seeds", "2", "--budget", "2", "--quiet", "--debug")
     assert code == 0, err
     monkeypatch.setenv("EXIT_ONCE_MARK", str(tmp_path / "exited"))
     code, out, err = _command("check", "--baseline", baseline, "--method", "uncatchable:ExitsOnce", "--quiet")
@@ -244,8 +249,9 @@ def test_the_gate_reports_a_method_that_ends_its_process_and_never_passes_silent
         assert_one_line(code, err, EXIT_METHOD)
         assert _failed(err, method if part == "import" else "exits-hard", part, "ended with exit code 0"), err
         assert not (tmp_path / "new.json").exists()
-    code, _, err = _command("check", "--update", "--baseline", tmp_path / "new.json", "--method",
-                            "uncatchable:RaisesInterrupt", "--task", "toy-gap", "--seeds", "2", "--budget", "2")
+    # the command in this process, the method in its own: a KeyboardInterrupt that escaped it would stop the session
+    code, _, err = run_cli("check", "--update", "--baseline", tmp_path / "new.json", "--method",
+                           "uncatchable:RaisesInterrupt", "--task", "toy-gap", "--seeds", "2", "--budget", "2")
     assert_one_line(code, err, EXIT_METHOD, "method 'raises-interrupt' raised KeyboardInterrupt in its fit")
 
 
