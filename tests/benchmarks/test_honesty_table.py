@@ -53,10 +53,19 @@ def _honesty_table(tmp_path, *methods, out=None):
                                          "OMP_NUM_THREADS": "1"})
 
 
-def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path):
+def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path, monkeypatch, capsys, benchmark_script,
+                                                                 plugins_in_process):
+    """In the test's process (the script's main, the method not in a process of its own): what is listed is the
+    subject here, not how a method's process ends (the next test's)."""
+    (tmp_path / "ordered_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ordered_plugin", raising=False)  # and so removed again after the test
     out = tmp_path / "honesty.json"
-    done = _honesty_table(tmp_path, "ordered_plugin:Ordered", out=out)
-    assert done.returncode == 0 and not done.stderr, done.stderr
+    monkeypatch.setattr(sys, "argv", ["honesty_table.py", "--methods", "ordered_plugin:Ordered", "--tasks", "toy-gap",
+                                      "--settings", "--train-rows", "64", "--out", str(out)])
+    code = benchmark_script("honesty_table").main()
+    stdout, stderr = capsys.readouterr()
+    assert code == 0 and not stderr, stderr
     kept = json.loads(out.read_text())
     rows = kept["tables"]["not probed"]["rows"]
     columns = kept["tables"]["not probed"]["columns"]
@@ -65,7 +74,7 @@ def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path):
     assert "low=0.5" in refused[0]["settings"] and "high=0.4" in refused[0]["settings"], refused
     assert refused[0]["why"].endswith("low (0.5) must not exceed high (0.4): the low mark is never above the high one")
     assert kept["probes"] >= 2 and kept["dishonest"] == 0, kept["probes"]
-    assert f"{kept['probes']} probes, 0 dishonest, 1 not probed" in done.stdout
+    assert f"{kept['probes']} probes, 0 dishonest, 1 not probed" in stdout
 
 
 def test_a_method_that_ends_its_process_is_its_failure_and_the_others_are_still_probed(tmp_path):
