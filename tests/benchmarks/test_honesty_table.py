@@ -59,11 +59,13 @@ def test_a_grid_point_the_method_refuses_is_listed_as_not_probed(tmp_path, monke
     subject here, not how a method's process ends (the next test's)."""
     (tmp_path / "ordered_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "ordered_plugin", raising=False)  # and so removed again after the test
     out = tmp_path / "honesty.json"
     monkeypatch.setattr(sys, "argv", ["honesty_table.py", "--methods", "ordered_plugin:Ordered", "--tasks", "toy-gap",
                                       "--settings", "--train-rows", "64", "--out", str(out)])
-    code = benchmark_script("honesty_table").main()
+    try:
+        code = benchmark_script("honesty_table").main()
+    finally:
+        sys.modules.pop("ordered_plugin", None)  # this test's file, gone with its folder
     stdout, stderr = capsys.readouterr()
     assert code == 0 and not stderr, stderr
     kept = json.loads(out.read_text())
