@@ -235,19 +235,21 @@ def _stopped_through_the_command_line(command: list[str], folders: list[Path], e
     return process.returncode, err
 
 
-def test_sigterm_through_the_command_line_keeps_the_run_and_the_same_command_continues(tmp_path):
+def test_sigterm_through_the_command_line_keeps_the_run_and_the_same_command_continues(tmp_path, run_cli):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "bench", "--method", "swag", "--budget", "400", "--task", "digits", "--out",
-               str(tmp_path), "--quiet"]
+    arguments = ["--method", "swag", "--budget", "400", "--task", "digits", "--out", str(tmp_path), "--quiet"]
+    command = [sys.executable, "-m", "bench", *arguments]
     folder = records.run_folder(tmp_path, "digits", "swag", 400, 0)
     code, err = _stopped_through_the_command_line(command, [folder], env)
     assert code == 143, err
     assert err.strip().splitlines()[-1] == (f"error: terminated (SIGTERM); finished runs are complete; the "
                                             f"interrupted one's progress is kept in {folder / checkpoint.CHECKPOINT}: "
                                             "run the same command again to continue it")
-    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert "resuming from its checkpoint" in again.stderr
+    # the same command again, in this process (the stop needs a process of its own, the continuation does not: where
+    # a run executes does not change what it reads from its folder), which spares a second start of PyTorch
+    code, _, err = run_cli(*arguments)
+    assert code == 0, err
+    assert "resuming from its checkpoint" in err
     result = records.read_result(folder)
     assert result["resumed"][0]["from_epochs"] > 0 and result["epochs_used"] == 400
     assert not (folder / checkpoint.CHECKPOINT).exists()
