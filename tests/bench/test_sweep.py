@@ -250,9 +250,12 @@ def _wait_for(condition, seconds: float, what: str) -> None:
 
 
 @pytest.mark.parametrize("stop", ["SIGKILL to the sweep", "SIGTERM to the sweep", "Ctrl-C to the process group"])
-def test_a_stopped_sweep_leaves_no_half_run_and_resumes_to_a_clean_sweeps_results(tmp_path, run_cli, plugin, stop):
+def test_a_stopped_sweep_leaves_no_half_run_and_resumes_to_a_clean_sweeps_results(tmp_path, run_cli, plugin,
+                                                                                  plugins_in_process, stop):
     """Two workers hold the budget-2 runs mid-training when the sweep is stopped: their folders must stay
-    unfinished and be released (a worker must not outlive its sweep), and a rerun trains exactly them."""
+    unfinished and be released (a worker must not outlive its sweep), and a rerun trains exactly them. (The stopped
+    sweep is a command of its own, its method isolated there; the rerun and the clean sweep run the plugin in this
+    process, which spares starting a process for each.)"""
     hold = tmp_path / "hold"
     hold.touch()
     out = tmp_path / "runs"
