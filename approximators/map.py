@@ -60,6 +60,8 @@ class DeepEnsemble(Approximator):
     Config = MAPConfig
     TASK_DEFAULTS = MAP_DEFAULTS
     check_budget = 100.0
+    LEAST_ASKING: ClassVar[dict[str, object]] = {"members": 1}
+    """Each setting that sets the smallest budget, at its value that asks least of it (for the refusal's advice)."""
 
     def n_members(self) -> int:
         return self.config.members
@@ -78,8 +80,8 @@ class DeepEnsemble(Approximator):
         epochs = math.floor(budget / members + 1e-9)
         if epochs < 1:
             raise budget_refusal(self.name, budget, f"is too small for {members} members of at least one epoch each",
-                                 self.smallest_budget(), settings_that_lower(
-                                     self, type(self).smallest_budget, {"members": 1} if hasattr(self.config, "members") else {}))
+                                 self.smallest_budget(),
+                                 settings_that_lower(self, type(self).smallest_budget, self.LEAST_ASKING))
         return epochs
 
     def smallest_budget(self) -> int:
@@ -107,6 +109,7 @@ class MAP(DeepEnsemble):
     paper = ""
     Config = AdamConfig
     check_budget = 20.0
+    LEAST_ASKING: ClassVar[dict[str, object]] = {}  # one network, whatever the settings
 
     def n_members(self) -> int:
         return 1
