@@ -131,6 +131,7 @@ MEASURED_TABLES = {
     "cross-cpu-gate-false-alarms": ("cross-cpu", "gate-false-alarms", ".0f"),
     "cross-cpu-gate-power": ("cross-cpu", "gate-power", ".2f"),
     "floor-calibration": ("floor-calibration", "within-floor", ".3f"),
+    "floor-reference-splits": ("floor-reference-splits", "reference-splits", ("", "", "", ".0f", "+.1%", "+.2f", ".3f")),
     "memory-plan": ("memory-plan", "competition", ("", "", "", "", "g", ".1f", ".1f", ".2f")),
     "resume-check": ("resume-check", "resume", ("", ".0f", ".1f", ".1f", ".2f", ".2f", "", "", "")),
     "checkpoint-write-cost": ("resume-check", "write-cost", ("", "", ".1f", ".2f", ".1e")),

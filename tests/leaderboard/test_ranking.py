@@ -32,13 +32,14 @@ FLOOR, SPREAD = 0.01, 0.001
 
 def rows_of(method: str, w2: list[float], task: str = "toy-gap", budget: float = 10.0, notes: str = "",
             floor: float | None = FLOOR, label: str | None = None) -> list[RunRow]:
-    """One regression run per value of ``w2`` (seeds 0, 1, ...), as a database would hold them."""
+    """One regression run per value of ``w2`` (seeds 0, 1, ...), as a database would hold them, its W1 half of it; the
+    reference's floor and spread of W1 are half of W2's."""
     return [RunRow(
         task=task, task_version=1, task_fingerprint="f", task_kind="regression", method=method, budget=budget,
         seed=seed, reference_sha256="r", config_hash="c0ffee00", config={}, source="run", predictions_sha256=f"p{seed}",
         epochs_used=budget, test_passes=1.0, wall_seconds=0.5, device="cpu", versions={},
-        noise_floor=None if floor is None else {"all": {"w2": floor}}, reliability=None, submitter="alice",
-        noise_floor_spread=None if floor is None else {"all": {"w2": SPREAD}},
+        noise_floor=None if floor is None else {"all": {"w2": floor, "w1": floor / 2}}, reliability=None,
+        submitter="alice", noise_floor_spread=None if floor is None else {"all": {"w2": SPREAD, "w1": SPREAD / 2}},
         notes=notes, finished_at=None, submitted_at="2025-01-01T00:00:00+00:00",
         metrics={"all": {"w2": value, "w1": value / 2}}, label=label) for seed, value in enumerate(w2)]
 
@@ -294,9 +295,9 @@ def test_classification_orders_by_agreement_then_total_variation():
 # --- the noise floor ------------------------------------------------------------------------------------------
 
 def test_an_entry_within_the_noise_floor_is_said_so_and_keeps_its_place():
-    """At W2 0.0110 with a standard error of 0.00058 and the floor at 0.01 with a spread of 0.001, an entry is as good
-    as the reference can tell (0.001 above the floor, within 1.4 x sqrt(0.001^2 + 0.00058^2) = 0.0016); it keeps its
-    place behind an entry at 0.0050; an entry at 0.05 is not within the floor."""
+    """At W1 0.0055 with a standard error of 0.00029 and the floor at 0.005 with a spread of 0.0005 (W2 twice each),
+    an entry is as good as the reference can tell (0.0005 above the floor, within 1.4 x sqrt(0.0005^2 + 0.00029^2) =
+    0.0008); it keeps its place behind an entry at 0.0025; an entry at 0.025 is not within the floor."""
     rows = (rows_of("closest", around(0.005, 0.0002)) + rows_of("at-floor", around(0.011, 0.001))
             + rows_of("beyond", around(0.05, 0.001)))
     entries = ranking.tracks(rows)[0].entries
@@ -329,17 +330,31 @@ def _at_excess(floor: float, excess: float, spread: float, higher_is_better: boo
     return around(floor - worse_by if higher_is_better else floor + worse_by, std)
 
 
-@pytest.mark.parametrize("metric", ["agreement", "total_variation"])
 @pytest.mark.parametrize("excess, within", [(0.99, True), (1.01, False)])
-def test_each_primary_metric_is_held_to_the_critical_value_on_each_side(metric, excess, within):
-    """Each primary metric, the other well within: a mean worse than the floor by 0.99 x the critical value's reach is
-    within floor, by 1.01 x it is not; a lower agreement and a higher total variation are the worse ones."""
+def test_total_variation_is_held_to_the_critical_value_on_each_side_and_agreement_is_not_judged(excess, within):
+    """A total variation worse than the floor by 0.99 x the critical value's reach is within floor, by 1.01 x it is
+    not, whatever the agreement: its floor does not hold on the references' own chains (FLOOR_METRICS), so an
+    agreement far below its floor neither refuses an entry nor, at its floor, admits one."""
     track = _digits_track()
-    metrics = {"agreement": around(0.995, 0.001), "total_variation": around(0.005, 0.001)}
-    floor = track.floor(metric)
-    metrics[metric] = _at_excess(floor, excess * ranking.FLOOR_CRITICAL, 0.002, metric == "agreement")
-    entry = ranking.Entry("e", "c", {}, "run", metrics=metrics)
-    assert ranking.within_noise_floor(track, entry) is within
+    total_variation = _at_excess(track.floor("total_variation"), excess * ranking.FLOOR_CRITICAL, 0.002, False)
+    for agreement in (around(0.995, 0.001), _at_excess(track.floor("agreement"), 10 * ranking.FLOOR_CRITICAL, 0.002,
+                                                       True)):
+        entry = ranking.Entry("e", "c", {}, "run", metrics={"agreement": agreement, "total_variation": total_variation})
+        assert ranking.within_noise_floor(track, entry) is within
+
+
+@pytest.mark.parametrize("excess, within", [(0.99, True), (1.01, False)])
+def test_w1_is_held_to_the_critical_value_on_each_side_and_w2_is_not_judged(excess, within):
+    """As for total variation: regression is judged on W1, whose floor holds on the references' own chains, and a W2
+    far above its floor changes nothing."""
+    track = ranking.Track("toy-gap", 1, "regression", "r", 10.0, {"all": {"w2": 0.02, "w1": 0.01}},
+                          noise_floor_spread={"all": {"w2": 0.002, "w1": 0.001}})
+    w1 = _at_excess(0.01, excess * ranking.FLOOR_CRITICAL, 0.001, False)
+    for w2 in (around(0.02, 0.002), _at_excess(0.02, 10 * ranking.FLOOR_CRITICAL, 0.002, False)):
+        entry = ranking.Entry("e", "c", {}, "run", metrics={"w2": w2, "w1": w1})
+        assert ranking.within_noise_floor(track, entry) is within
+    assert ranking.within_noise_floor(track, ranking.Entry("e", "c", {}, "run", metrics={"w2": around(0.02, 0.002)})) \
+        is None, "no W1 among the entry's metrics: nothing to judge"
 
 
 @pytest.mark.parametrize("spread, within", [(0.002, True), (0.0005, False)])
