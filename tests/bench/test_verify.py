@@ -460,3 +460,36 @@ def test_a_metric_held_to_the_other_kernels_drift_is_held_to_ten_times_it_on_eac
     _, [judgement] = judged([(0, claimed)], native, moved, SIZES, "classification")
     assert judgement.passed is passed, judgement.detail
     assert "4 of 4 metrics held to 10 x the most" in judgement.detail
+
+
+def test_the_drift_with_other_kernels_is_the_most_over_every_seed_not_the_first(monkeypatch):
+    """Per metric, the largest move over the seeds re-executed with another CPU kind's kernels, wherever it is: here
+    W2's largest is the second seed's and W1's the first's, so a maximum that kept the first or the last seed would
+    give another figure for one of them."""
+    import types
+
+    import bench.verify
+    from bench.executors import Outcome
+
+    moved = {0: {("all", "w2"): 0.125, ("all", "w1"): 0.5}, 1: {("all", "w2"): 0.75, ("all", "w1"): 0.25},
+             2: {("all", "w2"): 0.25, ("all", "w1"): 0.0625}}
+    native = {seed: {("all", "w2"): 1.0, ("all", "w1"): 2.0} for seed in moved}
+
+    class OtherKernels:
+        def __init__(self, *_):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def call(self, function, folder, cache, method, seed):
+            return Outcome({key: native[seed][key] - change for key, change in moved[seed].items()})
+
+    monkeypatch.setattr(bench.verify, "other_kernels_differ", lambda: True)
+    monkeypatch.setattr(bench.verify, "Isolated", OtherKernels)
+    first = types.SimpleNamespace(method_source="sgd", folder=None)
+    most = bench.verify._moved_with_other_kernels(first, native, None, "sgd")
+    assert most == {("all", "w2"): 0.75, ("all", "w1"): 0.5}

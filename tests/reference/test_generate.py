@@ -139,6 +139,17 @@ def test_workers_do_not_change_a_single_bit():
     assert (one.metadata["workers"], two.metadata["workers"]) == (1, 2)
 
 
+def test_more_workers_than_chain_groups_start_as_many_workers_as_groups():
+    """The workers are the fewer of those asked for and the chain groups: vectorised chains are one group, so 3
+    workers asked run it here in this process, bitwise as one worker, and the record says 1."""
+    settings = HMCSettings(n_chains=2, n_burnin=3, n_samples=4, vectorise=True, seed=1)
+    task = get_task("toy-gap")
+    one = generation.generate(task, settings, progress=False, workers=1)
+    asked_three = generation.generate(task, settings, progress=False, workers=3)
+    assert asked_three.metadata["workers"] == 1
+    assert one.array.tobytes() == asked_three.array.tobytes()
+
+
 def test_gradient_evaluations_count_what_each_integrator_computes():
     task = tiny_task()
     vectorised = generation.generate(task, SETTINGS, progress=False)
