@@ -102,10 +102,10 @@ FLOOR_METRICS: dict[str, tuple[str, ...]] = {"classification": ("total_variation
 references' own chains. The floor assumes a distance shrinks as the Monte Carlo error's standard deviation does;
 with half of each reference's chains as one exact run against the other half
 (``python benchmarks/floor_calibration.py --reference-splits``, kept in
-``benchmarks/results/floor-reference-splits.json``) total variation and W1 score at their floor on average, while the
-disagreement rate scores up to a third above or a fifth below it (a few test points near a tie between two classes
-decide it) and W2 3 to 5% above it (its finite-sample bias shrinks more slowly), about one spread: an exact sampler
-would be called outside the floor far more often than 5% of the time on those two."""
+``benchmarks/results/floor-reference-splits.json``, shown in docs/leaderboard.md) total variation and W1 score at
+their floor on average, while the disagreement rate (a few test points near a tie between two classes decide it) and
+W2 (its finite-sample bias shrinks more slowly) score about a spread or more beyond it on some references: an exact
+sampler would be called outside the floor far more often than 5% of the time on those two."""
 METRIC_ORDER: dict[str, tuple[str, ...]] = {
     "classification": ("agreement", "total_variation", "accuracy", "nll", "ece"),
     "regression": ("w2", "w1", "competition_w", "rmse", "log_likelihood"),

@@ -130,3 +130,39 @@ def test_the_docs_state_the_critical_value_and_the_metrics_judged():
         assert "total variation (classification) or W1 (regression)" in text.replace("**", ""), page
     assert f"The critical value {FLOOR_CRITICAL:g} is calibrated" in (ROOT / "docs" / "leaderboard.md").read_text()
     assert "on total variation (classification) or W1 (regression)" in FLOOR_RULE
+
+
+def _percents(rates, joined: str = "-") -> str:
+    """The least and the most of ``rates`` in whole percent, as the docs write a range: 76-79%."""
+    return f"{round(100 * min(rates))}{joined}{round(100 * max(rates))}%"
+
+
+def test_the_figures_the_docs_prose_states_are_the_kept_files(kept, splits, script):
+    """Every figure docs/leaderboard.md's prose gives of the floor's checks, derived here from the two kept files:
+    the split check's bounds, the metrics that fail it, and the power at a width 20% off."""
+    from leaderboard.ranking import FLOOR_CRITICAL
+
+    text = " ".join((ROOT / "docs" / "leaderboard.md").read_text().split())
+    row = {(r["reference"], r["metric"]): r for r in splits}
+    judged = [r for r in splits if r["judged on"] == "yes"]
+    shipped, synthetic = ([r for r in judged if (r["reference"] in SHIPPED) is side] for side in (True, False))
+    assert (f"at most {max(r['beyond the floor, in spreads'] for r in shipped):+.2f} spreads; one run at half the "
+            f"chains is within floor {_percents([r['within floor'] for r in shipped], ' to ')} of the time, "
+            f"{_percents([r['within floor'] for r in synthetic], ' to ')} on the synthetic references") in text
+    cnn, digits = row["digits-cnn", "agreement"], row["digits", "agreement"]
+    assert (f"scores {cnn['beyond the floor, share of it']:.0%} beyond its floor on `digits-cnn` and "
+            f"{-digits['beyond the floor, share of it']:.0%} short of it on `digits` "
+            f"({cnn['beyond the floor, in spreads']:+.2f} and {digits['beyond the floor, in spreads']:+.2f} spreads)"
+            ) in text
+    assert (f"({row['toy-gap', 'w2']['beyond the floor, in spreads']:+.2f} and "
+            f"{row['diabetes-gap', 'w2']['beyond the floor, in spreads']:+.2f} spreads on `toy-gap` and "
+            "`diabetes-gap`)") in text
+    assert cnn["within floor"] < 0.5 and "outside its floor more than half the time" in text
+    largest = max(abs(r["beyond the floor, in spreads"]) for r in splits if r["reference"] in script.SETTINGS)
+    assert 1.5 <= script.SPLIT_BIAS_LIMIT / largest <= 2.5 and "about twice the largest synthetic mean" in text
+    rates = script.within_rates(kept["statistics"], FLOOR_CRITICAL)
+    power = {(kind, width): _percents([r[width] for setting, r in rates.items() if setting.startswith(kind)])
+             for kind in ("classification", "regression") for width in ("0.8", "1.2")}
+    assert (f"a posterior 20% too narrow is within floor {power['classification', '0.8']} of the time for "
+            f"classification and {power['regression', '0.8']} for regression") in text
+    assert f"and one 20% too wide {power['classification', '1.2']} and {power['regression', '1.2']} of the time" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from reference import settings, tables
 
@@ -51,3 +52,13 @@ def test_a_reference_whose_evidence_predates_every_points_draws_shows_generation
     lstm_row = next(line for line in table.splitlines() if line.startswith("| `digits-lstm` |"))
     assert lstm_row.endswith("| **1.0237** ✗ (R-hat at generation, not recomputable) |")
     assert "`digits-lstm` (worst split R-hat, worst split R-hat over every test point)." in table.splitlines()[-1]
+
+
+def test_the_docs_state_the_sizes_of_the_evidence_files_as_they_are():
+    """docs/references.md's "The files take A to B MB each": the smallest and the largest shipped evidence file,
+    in MB to two significant figures."""
+    root = Path(__file__).resolve().parents[2]
+    sizes = [path.stat().st_size / 1e6 for path in (root / "reference" / "evidence").glob("*.npz")]
+    assert len(sizes) == len(settings.REFERENCE_SETTINGS)
+    text = " ".join((root / "docs" / "references.md").read_text().split())
+    assert f"The files take {min(sizes):.2g} to {max(sizes):.2g} MB each" in text
