@@ -228,13 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from leaderboard.ranking import FLOOR_CRITICAL
+    from reference.settings import REFERENCE_SETTINGS
 
     started = time.monotonic()
     parser = scripts.parser(__file__, __doc__.splitlines()[0])
     parser.add_argument("--replicates", type=positive_whole, default=400)
     parser.add_argument("--seeds", type=positive_whole, default=10, help="a method's seeds (at least 2)")
-    parser.add_argument("--reference-splits", nargs="+", metavar="TASK",
-                        help="instead: the check on these shipped references' own chains (reference_splits)")
+    parser.add_argument("--reference-splits", nargs="+", metavar="TASK", choices=list(REFERENCE_SETTINGS),
+                        help="instead: the check on these shipped references' own chains (reference_splits): "
+                             f"{', '.join(REFERENCE_SETTINGS)}")
     scripts.out_option(parser)
     args = parser.parse_args(argv)
     if args.reference_splits:

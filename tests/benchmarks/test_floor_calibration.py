@@ -166,3 +166,14 @@ def test_the_figures_the_docs_prose_states_are_the_kept_files(kept, splits, scri
     assert (f"a posterior 20% too narrow is within floor {power['classification', '0.8']} of the time for "
             f"classification and {power['regression', '0.8']} for regression") in text
     assert f"and one 20% too wide {power['classification', '1.2']} and {power['regression', '1.2']} of the time" in text
+
+
+@pytest.mark.parametrize("task", ["cifar10", "nope"])
+def test_a_task_without_a_shipped_reference_is_refused_before_any_work(task, script, capsys):
+    """A competition task (no chains shipped) or an unknown one: one line and exit 2 at once, not after minutes of
+    the synthetic references' split check."""
+    with pytest.raises(SystemExit) as stopped:
+        script.main(["--reference-splits", "toy-gap", task])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"invalid choice: '{task}'" in err
